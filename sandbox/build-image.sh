@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Build the local Debian 12 image the sandbox hosts run (systemd as PID 1, python3 for Ansible).
+# Cached: rebuilt only when the image is missing or this recipe changed (its hash is an image label).
+set -euo pipefail
+
+IMAGE="${KVSHARE_SANDBOX_IMAGE:-localhost/kvshare-sandbox:bookworm}"
+WORKDIR="${KVSHARE_SANDBOX_DIR:-/var/tmp/kvshare-sandbox}"
+# Packages every sandbox host needs before Ansible can manage it: systemd, python3 for modules,
+# python3-apt for ansible.builtin.apt, libnuma1 for the vLLM CPU kernels, ca-certificates for pip.
+PACKAGES="systemd,systemd-sysv,dbus,python3,python3-apt,python3-venv,iproute2,procps,sudo,ca-certificates,libnuma1"
+
+mirror() {
+  # Use the Debian mirror this machine's apt already uses (no other network is reachable).
+  local uri
+  uri=$(grep -hsE '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v security | head -n1 || true)
+  [ -n "$uri" ] || uri=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+  echo "${uri:-http://deb.debian.org/debian}"
+}
+
+recipe_hash=$( { cat "$0"; echo "$PACKAGES"; } | sha256sum | cut -c1-16)
+current=$(podman image inspect --format '{{ index .Labels "kvshare.recipe" }}' "$IMAGE" 2>/dev/null || true)
+if [ "$current" = "$recipe_hash" ]; then
+  echo "sandbox image $IMAGE is current (recipe $recipe_hash)"
+  exit 0
+fi
+
+rootfs="$WORKDIR/rootfs-bookworm"
+rm -rf "$rootfs"
+mkdir -p "$WORKDIR"
+echo "building sandbox image $IMAGE with debootstrap from $(mirror) ..."
+debootstrap --variant=minbase --include="$PACKAGES" bookworm "$rootfs" "$(mirror)" >"$WORKDIR/debootstrap.log" 2>&1 \
+  || { tail -n 30 "$WORKDIR/debootstrap.log"; exit 1; }
+# Same apt sources as the machine (the only reachable mirror), no recommends, no docs.
+cp /etc/apt/sources.list.d/*.sources "$rootfs/etc/apt/sources.list.d/" 2>/dev/null || true
+[ -f /etc/apt/sources.list ] && cp /etc/apt/sources.list "$rootfs/etc/apt/sources.list"
+printf 'APT::Install-Recommends "false";\nAPT::Install-Suggests "false";\n' >"$rootfs/etc/apt/apt.conf.d/90kvshare"
+# A container needs no getty, no udev settle and no network wait.
+for unit in getty@tty1.service console-getty.service systemd-networkd-wait-online.service; do
+  ln -sf /dev/null "$rootfs/etc/systemd/system/$unit"
+done
+rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+tar -C "$rootfs" -c . | podman import \
+  --change 'CMD ["/sbin/init"]' \
+  --change "LABEL kvshare.recipe=$recipe_hash" \
+  - "$IMAGE" >/dev/null
+rm -rf "$rootfs"
+echo "built $IMAGE (recipe $recipe_hash)"
