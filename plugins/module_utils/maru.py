@@ -1,0 +1,314 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvshare.dynamo developers
+# Apache-2.0 (see galaxy.yml)
+"""Maru (XCENA CXL KV pool) helpers: sizes, chunk-size check, connector configs.
+
+Stdlib only. Sources (xcena-dev/maru @ 4fd29cefdb8498db0a0e9afc1d89eab76642c3d2):
+
+* ``maru_vllm/connector.py``: ``_parse_size`` (K/M/G/T are powers of 1024, an optional
+  trailing ``B``, floats allowed, ints passed through), the ``kv_connector_extra_config`` keys
+  and defaults (``maru_server_url`` ``tcp://localhost:5555``, ``maru_pool_size`` ``1G``,
+  ``maru_chunk_size`` ``4M``, ``maru_kv_chunk_tokens`` 256, ``maru_instance_id`` random,
+  ``maru_eager_map`` true), ``maru_kv_chunk_tokens`` aligned *down* to the block size (or set
+  to the block size when that gives 0).
+* ``MaruWorkerConnector.save_kv_layer``: each stored page holds ONE layer of ONE chunk:
+  ``_extract_kv_from_layer`` returns ``[2, tokens, kv_heads * head_dim]`` (FlashAttention
+  layout; the Triton layout has the same element count) or ``[tokens, latent_dim]`` for MLA,
+  and ``handler.alloc(nbytes)`` raises ``ValueError`` when ``nbytes > chunk_size``
+  (``maru_handler/handler.py``). The scheduler side opens a handler with ``pool_size =
+  chunk_size``, so ``maru_pool_size`` must be ``>= maru_chunk_size`` too.
+* Each tensor-parallel rank stores its own shard: kv heads per rank = ceil(kv_heads / tp)
+  (vLLM replicates kv heads when tp > kv_heads, so at least 1).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "DTYPE_BYTES",
+    "MaruConfigError",
+    "parse_size",
+    "format_size",
+    "effective_kv_chunk_tokens",
+    "per_layer_chunk_bytes",
+    "check_chunk_size",
+    "worker_extra_config",
+    "kv_transfer_config",
+    "connector_configs",
+    "lmcache_config",
+    "duplicate_instance_ids",
+    "port_listeners",
+    "port_clashes",
+]
+
+_SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)B?$")
+_MULT = {"": 1, "K": 1024, "M": 1024 ** 2, "G": 1024 ** 3, "T": 1024 ** 4}
+
+# Bytes per element of the KV cache dtype (vLLM names; "auto" means the model dtype).
+DTYPE_BYTES = {
+    "float32": 4, "fp32": 4,
+    "float16": 2, "fp16": 2, "half": 2,
+    "bfloat16": 2, "bf16": 2,
+    "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
+}
+
+DEFAULT_POOL_SIZE = "1G"
+DEFAULT_CHUNK_SIZE = "4M"
+DEFAULT_KV_CHUNK_TOKENS = 256
+DEFAULT_BLOCK_SIZE = 16
+
+
+class MaruConfigError(ValueError):
+    """A Maru setting is invalid; the message names the variable."""
+
+
+def parse_size(value, name="size"):
+    """Parse an int or a string like '4G', '500M', '1.5G', '4GB' to bytes (upstream rules)."""
+    if isinstance(value, bool):
+        raise MaruConfigError("%s: expected a size, got a boolean" % name)
+    if isinstance(value, int):
+        if value < 0:
+            raise MaruConfigError("%s: size must not be negative (%d)" % (name, value))
+        return value
+    if isinstance(value, float):
+        return int(value)
+    text = str(value).strip().upper()
+    match = _SIZE_RE.match(text)
+    if not match:
+        try:
+            number = int(text)
+        except ValueError:
+            number = -1
+        if number < 0:
+            raise MaruConfigError(
+                "%s: invalid size %r; expected a non-negative integer (bytes) or e.g. '4G', '500M'" % (name, value)
+            )
+        return number
+    number, unit = float(match.group(1)), match.group(2)
+    return int(number * _MULT[unit])
+
+
+def format_size(num_bytes):
+    """Render bytes with the largest exact binary unit, the way parse_size reads it back."""
+    num_bytes = int(num_bytes)
+    for unit in ("T", "G", "M", "K"):
+        mult = _MULT[unit]
+        if num_bytes >= mult and num_bytes % mult == 0:
+            return "%d%s" % (num_bytes // mult, unit)
+    return str(num_bytes)
+
+
+def effective_kv_chunk_tokens(kv_chunk_tokens, block_size=DEFAULT_BLOCK_SIZE):
+    """Tokens per chunk after the connector aligns them down to the vLLM block size."""
+    tokens = int(kv_chunk_tokens)
+    block = int(block_size)
+    if tokens <= 0 or block <= 0:
+        raise MaruConfigError("maru_kv_chunk_tokens and block_size must be positive")
+    aligned = (tokens // block) * block
+    return aligned if aligned > 0 else block
+
+
+def _dtype_bytes(dtype):
+    if isinstance(dtype, int):
+        return dtype
+    key = str(dtype).lower().replace("torch.", "")
+    if key not in DTYPE_BYTES:
+        raise MaruConfigError(
+            "model dtype %r unknown; use one of %s or give dtype_bytes" % (dtype, ", ".join(sorted(DTYPE_BYTES)))
+        )
+    return DTYPE_BYTES[key]
+
+
+def per_layer_chunk_bytes(model, kv_chunk_tokens=DEFAULT_KV_CHUNK_TOKENS):
+    """Bytes of one stored page: one layer of one chunk on one tensor-parallel rank.
+
+    ``model`` keys: ``num_kv_heads``, ``head_dim``, ``dtype`` (or ``dtype_bytes``),
+    optional ``block_size`` (16), ``tensor_parallel_size`` (1), ``mla_latent_dim`` (MLA models:
+    kv_lora_rank + qk_rope_head_dim, one latent vector per token instead of K and V).
+    """
+    dtype_bytes = int(model["dtype_bytes"]) if "dtype_bytes" in model else _dtype_bytes(model.get("dtype", "bfloat16"))
+    tokens = effective_kv_chunk_tokens(kv_chunk_tokens, model.get("block_size", DEFAULT_BLOCK_SIZE))
+    if model.get("mla_latent_dim"):
+        return tokens * int(model["mla_latent_dim"]) * dtype_bytes
+    tp = max(1, int(model.get("tensor_parallel_size", 1)))
+    kv_heads = int(model["num_kv_heads"])
+    heads_per_rank = max(1, -(-kv_heads // tp))
+    return 2 * tokens * heads_per_rank * int(model["head_dim"]) * dtype_bytes
+
+
+def check_chunk_size(chunk_size, pool_size, model=None, kv_chunk_tokens=DEFAULT_KV_CHUNK_TOKENS,
+                     chunk_var="maru_pool_chunk_size", pool_var="maru_pool_pool_size"):
+    """Return a list of error strings (empty when fine). ``model`` None/{} skips the model check."""
+    errors = []
+    chunk = parse_size(chunk_size, chunk_var)
+    pool = parse_size(pool_size, pool_var)
+    if chunk <= 0:
+        errors.append("%s must be > 0" % chunk_var)
+    if pool < chunk:
+        errors.append(
+            "%s (%s) is smaller than %s (%s): the scheduler-side handler asks for a pool of one chunk"
+            % (pool_var, format_size(pool), chunk_var, format_size(chunk))
+        )
+    if model:
+        need = per_layer_chunk_bytes(model, kv_chunk_tokens)
+        if need > chunk:
+            errors.append(
+                "%s (%s = %d bytes) is too small for one per-layer KV chunk of this model: "
+                "%d bytes (2 x kv_heads/tp x head_dim x dtype_bytes x kv_chunk_tokens); set %s >= %s"
+                % (chunk_var, format_size(chunk), chunk, need, chunk_var, format_size(_round_up_mib(need)))
+            )
+    return errors
+
+
+def _round_up_mib(num_bytes):
+    mib = _MULT["M"]
+    return -(-num_bytes // mib) * mib
+
+
+def worker_extra_config(server_url, instance_id, pool_size=DEFAULT_POOL_SIZE, chunk_size=DEFAULT_CHUNK_SIZE,
+                        kv_chunk_tokens=DEFAULT_KV_CHUNK_TOKENS, eager_map=None):
+    """kv_connector_extra_config for one MaruKVConnector worker (sizes normalised to strings)."""
+    if not instance_id:
+        raise MaruConfigError("maru_instance_id must be a non-empty string")
+    extra = {
+        "maru_server_url": server_url,
+        "maru_pool_size": format_size(parse_size(pool_size, "maru_pool_size")),
+        "maru_chunk_size": format_size(parse_size(chunk_size, "maru_chunk_size")),
+        "maru_kv_chunk_tokens": int(kv_chunk_tokens),
+        "maru_instance_id": str(instance_id),
+    }
+    if eager_map is not None:
+        extra["maru_eager_map"] = bool(eager_map)
+    return extra
+
+
+def kv_transfer_config(extra_config, kv_role="kv_both"):
+    """The full vLLM ``--kv-transfer-config`` dict for MaruKVConnector."""
+    return {
+        "kv_connector": "MaruKVConnector",
+        "kv_connector_module_path": "maru_vllm",
+        "kv_role": kv_role,
+        "kv_connector_extra_config": dict(extra_config),
+    }
+
+
+def duplicate_instance_ids(instance_ids):
+    """Sorted list of ids that occur more than once."""
+    seen, dups = set(), set()
+    for iid in instance_ids:
+        if iid in seen:
+            dups.add(iid)
+        seen.add(iid)
+    return sorted(dups)
+
+
+def connector_configs(workers, server_url, defaults=None, id_prefix=""):
+    """Build ``{worker name: {"extra_config": ..., "kv_transfer_config": ...}}`` for a host.
+
+    ``workers``: list of dicts with ``name`` and optional ``instance_id``, ``pool_size``,
+    ``chunk_size``, ``kv_chunk_tokens``, ``eager_map``. ``defaults`` supplies the same keys.
+    The instance id defaults to ``<id_prefix><name>``. Duplicate ids raise MaruConfigError.
+    """
+    defaults = defaults or {}
+    out = {}
+    ids = []
+    for idx, worker in enumerate(workers or []):
+        if not isinstance(worker, dict) or not worker.get("name"):
+            raise MaruConfigError("maru_pool_workers[%d] needs a 'name'" % idx)
+        name = str(worker["name"])
+        if name in out:
+            raise MaruConfigError("maru_pool_workers: worker name %r appears twice" % name)
+
+        def pick(key, fallback):
+            value = worker.get(key)
+            if value is None:
+                value = defaults.get(key)
+            return fallback if value is None else value
+
+        iid = worker.get("instance_id") or "%s%s" % (id_prefix, name)
+        ids.append(iid)
+        extra = worker_extra_config(
+            server_url, iid,
+            pool_size=pick("pool_size", DEFAULT_POOL_SIZE),
+            chunk_size=pick("chunk_size", DEFAULT_CHUNK_SIZE),
+            kv_chunk_tokens=pick("kv_chunk_tokens", DEFAULT_KV_CHUNK_TOKENS),
+            eager_map=pick("eager_map", None),
+        )
+        out[name] = {"extra_config": extra, "kv_transfer_config": kv_transfer_config(extra)}
+    dups = duplicate_instance_ids(ids)
+    if dups:
+        raise MaruConfigError("maru_pool_workers: maru_instance_id must be unique, duplicated: %s" % ", ".join(dups))
+    return out
+
+
+def lmcache_config(server_host, server_port, pool_size_gb, chunk_size=DEFAULT_KV_CHUNK_TOKENS, instance_id=None,
+                   extra=None):
+    """LMCache (>= 0.4.3) MaruBackend config file content (a dict to dump as YAML).
+
+    ``maru_pool_size`` is in GB (float) here, unlike MaruKVConnector's byte sizes.
+    """
+    try:
+        gb = float(pool_size_gb)
+    except (TypeError, ValueError):
+        raise MaruConfigError("maru_pool_lmcache_pool_size_gb must be a number of GB, got %r" % (pool_size_gb,))
+    if gb <= 0:
+        raise MaruConfigError("maru_pool_lmcache_pool_size_gb must be > 0")
+    extra_config = {"lookup_backoff_time": 0.001}
+    if instance_id:
+        extra_config["maru_instance_id"] = str(instance_id)
+    extra_config.update(extra or {})
+    return {
+        "chunk_size": int(chunk_size),
+        "local_cpu": False,
+        "max_local_cpu_size": 0,
+        "save_unfull_chunk": True,
+        "maru_path": "maru://%s:%s" % (server_host, int(server_port)),
+        "maru_pool_size": gb,
+        "extra_config": extra_config,
+    }
+
+
+_SS_USERS_RE = re.compile(r'\("([^"]*)",pid=(\d+)')
+
+
+def _split_addr(local):
+    host, _, port = local.rpartition(":")
+    host = host.strip("[]")
+    if "%" in host:
+        host = host.split("%", 1)[0]
+    return host, port
+
+
+def port_listeners(ss_output, port):
+    """Parse ``ss -H -ltnp`` lines; return listeners on ``port`` as dicts (address, process, pid)."""
+    found = []
+    for line in (ss_output or "").splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[0] != "LISTEN":
+            continue
+        host, lport = _split_addr(fields[3])
+        if lport != str(port):
+            continue
+        procs = _SS_USERS_RE.findall(line)
+        if procs:
+            for name, pid in procs:
+                found.append({"address": host, "port": int(port), "process": name, "pid": int(pid)})
+        else:
+            found.append({"address": host, "port": int(port), "process": "unknown", "pid": 0})
+    return found
+
+
+_WILDCARDS = ("*", "0.0.0.0", "::", "")
+
+
+def port_clashes(ss_output, address, port, own_pids=None):
+    """Listeners that would stop a service binding ``address:port`` (and are not ``own_pids``)."""
+    own = set(int(p) for p in (own_pids or []) if str(p).isdigit() and int(p) > 0)
+    clashes = []
+    for item in port_listeners(ss_output, port):
+        if item["pid"] in own:
+            continue
+        if item["address"] in _WILDCARDS or address in _WILDCARDS or item["address"] == address:
+            clashes.append(item)
+    return clashes

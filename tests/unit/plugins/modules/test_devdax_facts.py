@@ -1,0 +1,61 @@
+"""Unit tests for plugins/modules/devdax_facts.py (run in-process with patched module args)."""
+import json
+import os
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.kvshare.dynamo.plugins.modules import devdax_facts
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "devdax")
+
+
+def run(args, capsys):
+    with patch_module_args(args):
+        with pytest.raises(SystemExit) as exc:
+            devdax_facts.main()
+    out = json.loads(capsys.readouterr().out)
+    return exc.value.code, out
+
+
+def read(name):
+    with open(os.path.join(FIX, name)) as handle:
+        return handle.read()
+
+
+def test_devdax_dedicated(capsys):
+    rc, out = run({"sysfs_root": os.path.join(FIX, "devdax_region"), "daxctl_json": read("daxctl_list_devdax.json"),
+                   "dedicated": ["dax0.0"]}, capsys)
+    assert rc == 0
+    assert out["changed"] is False
+    assert out["maru_devices"] == ["dax0.0"]
+    assert out["errors"] == []
+    assert out["daxctl_available"] is True
+
+
+def test_undedicated_allowed_warns(capsys):
+    rc, out = run({"sysfs_root": os.path.join(FIX, "mixed"), "daxctl_json": read("daxctl_list_mixed.json"),
+                   "dedicated": ["dax0.0"], "allow_undedicated": True}, capsys)
+    assert rc == 0
+    assert out["errors"] == []
+    assert out["warnings_list"] and "dax1.0" in out["warnings_list"][0]
+
+
+def test_no_daxctl_binary_uses_sysfs_only(capsys, monkeypatch):
+    monkeypatch.setattr(devdax_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
+    rc, out = run({"sysfs_root": os.path.join(FIX, "none")}, capsys)
+    assert rc == 0
+    assert out["devices"] == [] and out["daxctl_available"] is False
+
+
+def test_bad_json_fails(capsys):
+    rc, out = run({"sysfs_root": os.path.join(FIX, "none"), "daxctl_json": "{oops"}, capsys)
+    assert rc == 1
+    assert out["failed"] is True and "daxctl list" in out["msg"]
+
+
+def test_daxctl_failure_reported(capsys, monkeypatch):
+    monkeypatch.setattr(devdax_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/daxctl")
+    monkeypatch.setattr(devdax_facts.AnsibleModule, "run_command", lambda self, *a, **k: (1, "", "libdaxctl: boom"))
+    rc, out = run({"sysfs_root": os.path.join(FIX, "none")}, capsys)
+    assert rc == 1 and "boom" in out["msg"]
