@@ -435,7 +435,7 @@ def discover(sysfs_root="/", query_gpu_output=None, topo_output=None,
         g_numa = numa_of(root, g_path)
         label = "GPU%d" % g["index"]
         if g_path is None:
-            gw.append("GPU %d (%s) not found under %s" % (g["index"], g["bus_id"], _sys(root, "bus", "pci", "devices")))
+            gw.append("%s not found under %s" % (g["bus_id"], _sys(root, "bus", "pci", "devices")))
         if g_numa < 0 and topo and label in topo["affinity"]:
             val = topo["affinity"][label].get("NUMA Affinity", "")
             if val.isdigit():
@@ -493,16 +493,16 @@ def discover(sysfs_root="/", query_gpu_output=None, topo_output=None,
                 if nic is None:
                     gw.append("%s is not in the nvidia-smi topo -m NIC legend" % h["name"])
                 elif sys_cls and tcls and tcls != sys_cls:
-                    gw.append("sysfs says %s for GPU %d <-> %s, nvidia-smi topo -m says %s"
-                              % (sys_cls, g["index"], h["name"], tcls))
+                    gw.append("sysfs says %s for %s (%s), nvidia-smi topo -m says %s"
+                              % (sys_cls, h["name"], nic, tcls))
             if cls is None or worse_than(cls):
-                gw.append("best path GPU %d <-> %s:%d is %s (worse than %s): no GPU-local HCA, "
+                gw.append("best path to %s:%d is %s (worse than %s): no GPU-local HCA, "
                           "expect host-staged or degraded GPUDirect RDMA"
-                          % (g["index"], h["name"], p["port"], cls or "unknown", GOOD_CLASS))
+                          % (h["name"], p["port"], cls or "unknown", GOOD_CLASS))
         elif hcas:
-            gw.append("no usable RDMA port for GPU %d" % g["index"])
+            gw.append("no usable RDMA port")
         for w in gw:
-            host_warnings.append(w if w.startswith("GPU") else "GPU %d: %s" % (g["index"], w))
+            host_warnings.append("GPU %d: %s" % (g["index"], w))
         results.append(entry)
 
     return {
