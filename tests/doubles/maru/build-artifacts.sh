@@ -1,6 +1,6 @@
-#!/usr/bin/env bash
 # TEST DOUBLE for XCENA Maru: builds an "artifacts" directory from the stand-ins here (upstream is not reachable from CI, no CXL hardware).
-# Usage: build-artifacts.sh OUT_DIR [PYTHON_VERSION]
+# Run it with bash (no shebang: the first line of every test-double file names it as one).
+# Usage: bash build-artifacts.sh OUT_DIR [PYTHON_VERSION]
 # Produces the layout maru_pool's artifacts install path expects (see roles/maru_pool/README.md):
 #   OUT_DIR/bin/maru-resource-manager   OUT_DIR/bin/maru_test_client
 #   OUT_DIR/python/maru-*.whl + dependency wheels (pyzmq, msgpack) for PYTHON_VERSION (default 3.11)

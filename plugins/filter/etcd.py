@@ -1,0 +1,57 @@
+"""Filters that derive etcd client settings from the inventory."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: etcd_client_urls
+short_description: Client URLs of the etcd members of an inventory group
+description:
+  - For each host name in the input list, returns its client URL. The member record set by the
+    etcd role's preflight (C(__etcd_member)) wins; otherwise the URL is built from
+    C(etcd_address), C(kvshare_bind_address) or C(ansible_host), and C(etcd_client_port) (2379).
+options:
+  _input:
+    description: Host names (usually C(groups['etcd'])).
+    type: list
+    required: true
+  hostvars:
+    description: The C(hostvars) mapping.
+    type: dict
+    required: true
+  tls:
+    description: Use https.
+    type: bool
+    default: true
+"""
+
+
+def _get(hostvars_of_host, key, default=None):
+    try:
+        value = hostvars_of_host[key]
+    except (KeyError, TypeError):
+        return default
+    return default if value is None else value
+
+
+def etcd_client_urls(hosts, hostvars, tls=True):
+    """Return the client URLs of the given etcd hosts, in inventory order."""
+    scheme = "https" if tls else "http"
+    urls = []
+    for host in hosts or []:
+        hv = hostvars[host]
+        member = _get(hv, "__etcd_member")
+        if isinstance(member, dict) and member.get("client_url"):
+            urls.append(str(member["client_url"]))
+            continue
+        address = (_get(hv, "etcd_address") or _get(hv, "kvshare_bind_address")
+                   or _get(hv, "ansible_host") or host)
+        port = int(_get(hv, "etcd_client_port", 2379))
+        urls.append("%s://%s:%d" % (scheme, address, port))
+    return urls
+
+
+class FilterModule:
+    """kvshare.dynamo etcd filters."""
+
+    def filters(self):
+        return {"etcd_client_urls": etcd_client_urls}
