@@ -1,7 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: kvshare.dynamo developers
 # Apache-2.0 (see galaxy.yml)
-"""Role-local filters of maru_pool; the logic lives in plugins/module_utils/maru.py."""
+"""Filters for the maru_pool role (kvshare.dynamo.maru_pool_*); logic in plugins/module_utils/maru.py.
+
+Collection roles cannot carry their own filter_plugins, hence this collection-level file."""
 
 from __future__ import annotations
 

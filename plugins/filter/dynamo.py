@@ -1,0 +1,60 @@
+"""Filters for the Dynamo roles: worker start waves, validation, systemd quoting, URLs."""
+
+from __future__ import annotations
+
+import re
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+
+
+def worker_start_waves(workers):
+    """Names of the workers to start together, wave by wave (same-GPU workers serialised)."""
+    try:
+        return _workers.start_waves(list(workers or []))
+    except (KeyError, TypeError) as exc:
+        raise AnsibleFilterError("worker_start_waves: malformed worker list: %s" % exc) from exc
+
+
+def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
+    """Validation messages for one host's dynamo_workers (empty list when valid)."""
+    return _workers.worker_errors(workers, host, frontend_hosts, reserved_ports)
+
+
+def kv_transfer_config(worker):
+    """The worker's KV transfer config as a mapping, or None."""
+    try:
+        return _workers.kv_transfer_config(worker)
+    except ValueError as exc:
+        raise AnsibleFilterError("kv_transfer_config of worker %s %s" % (worker.get("name"), exc)) from exc
+
+
+def systemd_quote(value):
+    """Quote one argument for an ExecStart= line (specifiers and variables escaped)."""
+    text = str(value)
+    text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+    return '"%s"' % text
+
+
+def systemd_command(argv):
+    """Join argv into an ExecStart= command line; every argument after the program is quoted."""
+    argv = [str(a) for a in argv]
+    if not argv:
+        raise AnsibleFilterError("systemd_command: empty command")
+    program = argv[0]
+    if not re.match(r"^/[A-Za-z0-9/._+-]+$", program):
+        raise AnsibleFilterError("systemd_command: program must be an absolute plain path, got %r" % program)
+    return " ".join([program] + [systemd_quote(a) for a in argv[1:]])
+
+
+class FilterModule:
+    """kvshare.dynamo Dynamo filters."""
+
+    def filters(self):
+        return {
+            "worker_start_waves": worker_start_waves,
+            "worker_errors": worker_errors,
+            "kv_transfer_config": kv_transfer_config,
+            "systemd_quote": systemd_quote,
+            "systemd_command": systemd_command,
+        }

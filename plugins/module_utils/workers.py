@@ -1,0 +1,154 @@
+"""Worker inventory logic shared by the filters and modules: validation and start order."""
+
+from __future__ import annotations
+
+import json
+import re
+
+ENGINES = ("vllm", "mocker")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
+
+
+def gpu_key(worker):
+    """The GPUs a worker uses, as a tuple of strings (empty for none)."""
+    gpus = worker.get("gpus")
+    if gpus is None or gpus == "":
+        return ()
+    if isinstance(gpus, (str, int)):
+        gpus = [gpus]
+    return tuple(str(g) for g in gpus)
+
+
+def start_waves(workers):
+    """Group workers into start waves.
+
+    Workers that share a GPU (directly or through a chain of shared GPUs) must start one after
+    another: concurrent vLLM memory profiling on one GPU races to a negative KV budget. Workers
+    on disjoint GPUs start together. Wave k holds the k-th worker of every GPU group, in
+    inventory order. Workers without GPUs each form their own group.
+    """
+    parent = list(range(len(workers)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner = {}
+    for idx, worker in enumerate(workers):
+        for gpu in gpu_key(worker):
+            if gpu in owner:
+                parent[find(idx)] = find(owner[gpu])
+            else:
+                owner[gpu] = idx
+    groups = {}
+    for idx in range(len(workers)):
+        groups.setdefault(find(idx), []).append(workers[idx]["name"])
+    ordered = sorted(groups.values(), key=lambda names: [w["name"] for w in workers].index(names[0]))
+    depth = max((len(g) for g in ordered), default=0)
+    return [[g[k] for g in ordered if k < len(g)] for k in range(depth)]
+
+
+def kv_transfer_config(worker):
+    """Return the worker's KV transfer config as a dict (None when absent).
+
+    Raises ValueError when a string config is not a JSON object.
+    """
+    cfg = worker.get("kv_transfer_config")
+    if cfg in (None, "", {}):
+        return None
+    if isinstance(cfg, str):
+        try:
+            cfg = json.loads(cfg)
+        except ValueError as exc:
+            raise ValueError("is not valid JSON: %s" % exc) from exc
+    if not isinstance(cfg, dict):
+        raise ValueError("must be a mapping (or a JSON object string)")
+    if "kv_connector" not in cfg:
+        raise ValueError("has no 'kv_connector'")
+    json.dumps(cfg)
+    return cfg
+
+
+def _port(value):
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        return None
+    return port if 1 <= port <= 65535 else None
+
+
+def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
+    """Validate one host's worker list. Returns a list of messages naming worker and variable."""
+    errors = []
+    if workers in (None, ""):
+        return errors
+    if not isinstance(workers, list):
+        return ["dynamo_workers on %s: must be a list of workers" % host]
+    if workers and not frontend_hosts:
+        errors.append("dynamo_workers on %s: no frontend in the inventory (group dynamo_frontend is empty), "
+                      "so no worker here can register anywhere" % host)
+    seen_names, seen_ports, gpu_share = {}, {}, {}
+    reserved = dict(reserved_ports or {})
+    for pos, worker in enumerate(workers):
+        if not isinstance(worker, dict):
+            errors.append("dynamo_workers[%d] on %s: must be a mapping" % (pos, host))
+            continue
+        name = worker.get("name")
+        label = "worker '%s' on %s" % (name, host) if name else "dynamo_workers[%d] on %s" % (pos, host)
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            errors.append("%s: name must match %s" % (label, NAME_RE.pattern))
+        elif name in seen_names:
+            errors.append("%s: duplicate worker name (dynamo_workers[%d] and [%d])" % (label, seen_names[name], pos))
+        else:
+            seen_names[name] = pos
+        engine = worker.get("engine")
+        if engine not in ENGINES:
+            errors.append("%s: engine '%s' is unknown (choose one of %s)" % (label, engine, ", ".join(ENGINES)))
+        if not worker.get("model"):
+            errors.append("%s: model is required (local path or model id)" % label)
+        for key in ("system_port", "rpc_port"):
+            if key not in worker and key == "rpc_port":
+                continue
+            port = _port(worker.get(key))
+            if port is None:
+                errors.append("%s: %s must be an integer in 1-65535 (got %r)" % (label, key, worker.get(key)))
+            elif port in seen_ports:
+                errors.append("%s: %s %d is already used by %s" % (label, key, port, seen_ports[port]))
+            elif port in reserved:
+                errors.append("%s: %s %d is already used by %s" % (label, key, port, reserved[port]))
+            else:
+                seen_ports[port] = "worker '%s' (%s)" % (name, key)
+        fraction = worker.get("gpu_memory_utilization")
+        if fraction is not None:
+            try:
+                fraction = float(fraction)
+            except (TypeError, ValueError):
+                fraction = -1.0
+            if not 0.0 < fraction <= 1.0:
+                errors.append("%s: gpu_memory_utilization must be in (0, 1] (got %r)"
+                              % (label, worker.get("gpu_memory_utilization")))
+            else:
+                for gpu in gpu_key(worker):
+                    gpu_share.setdefault(gpu, []).append((name, fraction))
+        try:
+            cfg = kv_transfer_config(worker)
+        except ValueError as exc:
+            errors.append("%s: kv_transfer_config %s" % (label, exc))
+            cfg = None
+        if cfg is not None and engine == "mocker":
+            errors.append("%s: kv_transfer_config is set but engine mocker has no KV connector" % label)
+        if isinstance(worker.get("extra_args", []), str) or not isinstance(worker.get("extra_args", []), list):
+            errors.append("%s: extra_args must be a list of arguments" % label)
+        env = worker.get("env", {})
+        if not isinstance(env, dict):
+            errors.append("%s: env must be a mapping" % label)
+        elif "DYN_CONNECTOR" in env:
+            errors.append("%s: env sets DYN_CONNECTOR, which dynamo.vllm 1.6.1 rejects; use kv_transfer_config" % label)
+    for gpu, shares in sorted(gpu_share.items()):
+        total = sum(f for _, f in shares)
+        if total > 1.0 + 1e-9:
+            errors.append("gpu_memory_utilization on %s: workers %s share GPU %s and ask for %.2f in total (> 1.0)"
+                          % (host, ", ".join(n for n, _ in shares), gpu, total))
+    return errors

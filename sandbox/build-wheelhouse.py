@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Build the sandbox wheelhouse from the pip steps in inventories/sandbox/group_vars/dynamo.yml.
+
+The sandbox hosts install offline from this directory (bind-mounted), as air-gapped GPU hosts
+would from a wheelhouse built once on the controller. Cached: rebuilt only when the steps change.
+Usage: build-wheelhouse.py [WHEELHOUSE_DIR]
+"""
+import base64
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+STEPS_FILE = os.path.join(REPO, "inventories", "sandbox", "group_vars", "dynamo.yml")
+SHIM_NAME = "kvshare-sandbox-cpu-shims"
+SHIM_VERSION = "1.0.0"
+
+
+def build_shim_wheel(dest):
+    """Write the sandbox CPU-shim wheel: one module plus a .pth that imports it."""
+    dist = SHIM_NAME.replace("-", "_")
+    src = open(os.path.join(HERE, "cpu-shims", "_tv_cpu_shim.py"), "rb").read()
+    files = {
+        "_tv_cpu_shim.py": src,
+        "zz_kvshare_tv_cpu_shim.pth": b"import _tv_cpu_shim\n",
+        f"{dist}-{SHIM_VERSION}.dist-info/METADATA": (
+            f"Metadata-Version: 2.1\nName: {SHIM_NAME}\nVersion: {SHIM_VERSION}\n"
+            "Summary: Sandbox-only: lets PyPI's CUDA-built torchvision import on CPU torch\n").encode(),
+        f"{dist}-{SHIM_VERSION}.dist-info/WHEEL": (
+            b"Wheel-Version: 1.0\nGenerator: kvshare-sandbox\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
+    }
+    record_name = f"{dist}-{SHIM_VERSION}.dist-info/RECORD"
+    lines = []
+    for name, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        lines.append(f"{name},sha256={digest},{len(data)}")
+    lines.append(f"{record_name},,")
+    files[record_name] = ("\n".join(lines) + "\n").encode()
+    path = os.path.join(dest, f"{dist}-{SHIM_VERSION}-py3-none-any.whl")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, date_time=(2026, 1, 1, 0, 0, 0))
+            zf.writestr(info, data)
+    with open(path, "wb") as fh:
+        fh.write(buf.getvalue())
+    return path
+
+
+def main():
+    dest = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
+                           os.path.join(os.environ.get("KVSHARE_SANDBOX_DIR", "/var/tmp/kvshare-sandbox"), "wheelhouse"))
+    os.makedirs(dest, exist_ok=True)
+    steps = yaml.safe_load(open(STEPS_FILE))["dynamo_runtime_pip_steps"]
+    recipe = hashlib.sha256(json.dumps(steps, sort_keys=True).encode()
+                            + open(os.path.join(HERE, "cpu-shims", "_tv_cpu_shim.py"), "rb").read()).hexdigest()[:16]
+    stamp = os.path.join(dest, ".kvshare-recipe")
+    if os.path.exists(stamp) and open(stamp).read().strip() == recipe:
+        print(f"wheelhouse {dest} is current (recipe {recipe})")
+        return 0
+    build_shim_wheel(dest)
+    with_deps = [p for s in steps if not s.get("no_deps") for p in s["packages"] if not p.startswith(SHIM_NAME)]
+    no_deps = [p for s in steps if s.get("no_deps") for p in s["packages"]]
+    pip = [sys.executable, "-m", "pip"]
+    # `pip wheel` also builds wheels for sdist-only dependencies: the hosts have no compiler.
+    subprocess.run(pip + ["wheel", "--quiet", "--wheel-dir", dest, "--find-links", dest] + with_deps, check=True)
+    if no_deps:
+        subprocess.run(pip + ["download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", dest] + no_deps,
+                       check=True)
+    with open(stamp, "w") as fh:
+        fh.write(recipe + "\n")
+    count = len([f for f in os.listdir(dest) if f.endswith(".whl")])
+    print(f"built wheelhouse {dest}: {count} wheels (recipe {recipe})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Unit tests for the worker logic behind the kvshare.dynamo filters."""
+import json
+import shlex
+
+import pytest
+
+from ansible_collections.kvshare.dynamo.plugins.filter import dynamo as f
+from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as w
+
+
+def wk(name, gpus=None, **kw):
+    d = {"name": name, "engine": "vllm", "model": "/m", "system_port": 18000 + len(name) + hash(name) % 500}
+    if gpus is not None:
+        d["gpus"] = gpus
+    d.update(kw)
+    return d
+
+
+def test_same_gpu_workers_are_serialised_and_others_overlap():
+    workers = [wk("a", ["0"]), wk("b", ["0"]), wk("c", ["1"]), wk("d", ["2"])]
+    assert w.start_waves(workers) == [["a", "c", "d"], ["b"]]
+
+
+def test_chained_gpu_sharing_forms_one_group():
+    workers = [wk("a", ["0", "1"]), wk("b", ["1"]), wk("c", ["2", "0"]), wk("d", ["3"])]
+    assert w.start_waves(workers) == [["a", "d"], ["b"], ["c"]]
+
+
+def test_workers_without_gpus_start_together():
+    assert w.start_waves([wk("a"), wk("b")]) == [["a", "b"]]
+    assert w.start_waves([]) == []
+
+
+def test_gpu_given_as_scalar():
+    assert w.start_waves([wk("a", 0), wk("b", "0")]) == [["a"], ["b"]]
+
+
+def test_valid_inventory_has_no_errors():
+    workers = [wk("a", ["0"], system_port=18081, rpc_port=19081, gpu_memory_utilization=0.4,
+                  kv_transfer_config={"kv_connector": "ExampleConnector", "kv_role": "kv_both"}),
+               wk("b", ["0"], system_port=18082, rpc_port=19082, gpu_memory_utilization=0.4)]
+    assert w.worker_errors(workers, "h1", ["fe"]) == []
+
+
+@pytest.mark.parametrize("workers,needle", [
+    ([wk("a", system_port=1), wk("a", system_port=2)], "worker 'a' on h1: duplicate worker name"),
+    ([wk("a", system_port=5), wk("b", system_port=5)], "worker 'b' on h1: system_port 5 is already used by worker 'a'"),
+    ([wk("a", system_port=5, rpc_port=5)], "rpc_port 5 is already used"),
+    ([wk("a", system_port=70000)], "worker 'a' on h1: system_port must be an integer in 1-65535"),
+    ([wk("a", system_port=1, engine="sglang")], "engine 'sglang' is unknown"),
+    ([wk("Bad_Name", system_port=1)], "name must match"),
+    ([wk("a", ["0"], system_port=1, gpu_memory_utilization=0.6), wk("b", ["0"], system_port=2, gpu_memory_utilization=0.5)],
+     "workers a, b share GPU 0 and ask for 1.10"),
+    ([wk("a", system_port=1, gpu_memory_utilization=1.5)], "gpu_memory_utilization must be in (0, 1]"),
+    ([wk("a", system_port=1, kv_transfer_config="{not json")], "kv_transfer_config is not valid JSON"),
+    ([wk("a", system_port=1, kv_transfer_config={"kv_role": "kv_both"})], "kv_transfer_config has no 'kv_connector'"),
+    ([wk("a", system_port=1, engine="mocker", kv_transfer_config={"kv_connector": "X"})], "engine mocker has no KV connector"),
+    ([wk("a", system_port=1, env={"DYN_CONNECTOR": "x"})], "DYN_CONNECTOR"),
+    ([wk("a", system_port=1, extra_args="--enforce-eager")], "extra_args must be a list"),
+    ([wk("a", system_port=1, model="")], "model is required"),
+])
+def test_bad_input_is_named(workers, needle):
+    errors = w.worker_errors(workers, "h1", ["fe"])
+    assert any(needle in e for e in errors), errors
+
+
+def test_no_frontend_is_an_error():
+    errors = w.worker_errors([wk("a", system_port=1)], "h1", [])
+    assert errors and "no frontend" in errors[0]
+
+
+def test_reserved_port_clash_names_the_owner():
+    errors = w.worker_errors([wk("a", system_port=8000)], "h1", ["fe"], {8000: "the frontend HTTP port"})
+    assert errors == ["worker 'a' on h1: system_port 8000 is already used by the frontend HTTP port"]
+
+
+def test_kv_transfer_config_accepts_json_string():
+    cfg = f.kv_transfer_config({"name": "a", "kv_transfer_config": '{"kv_connector": "X", "kv_role": "kv_both"}'})
+    assert cfg == {"kv_connector": "X", "kv_role": "kv_both"}
+    assert f.kv_transfer_config({"name": "a"}) is None
+
+
+def _systemd_unquote(line):
+    """Reverse systemd_command for the subset it produces (quotes, \\ escapes, %% and $$)."""
+    return [a.replace("%%", "%").replace("$$", "$") for a in shlex.split(line)]
+
+
+def test_systemd_command_round_trips_json_and_specials():
+    cfg = json.dumps({"kv_connector": "ExampleConnector", "kv_connector_extra_config": {"p": "/a b/%i $HOME \\x"}})
+    argv = ["/opt/venv/bin/python", "-m", "dynamo.vllm", "--kv-transfer-config", cfg]
+    line = f.systemd_command(argv)
+    assert "%%i" in line and "$$HOME" in line
+    assert _systemd_unquote(line) == argv
+
+
+def test_systemd_command_refuses_relative_program():
+    with pytest.raises(Exception):
+        f.systemd_command(["python", "-m", "x"])
