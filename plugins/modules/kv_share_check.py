@@ -143,6 +143,15 @@ options:
         its prompt-token counters reflect the request.
     type: float
     default: 10.0
+  warmup:
+    description:
+      - Before the measured requests, send each worker one throw-away completion of the same
+        length whose prompt starts with a different nonce (so it cannot seed the measured
+        prompt). The first long prompt a freshly started worker sees is much slower (seen on
+        the CPU stack, 0.25 s vs 0.02 s), which would make the TTFT comparison meaningless.
+      - Warm-up answers are reported in RV(report.warmup) but do not decide the verdict.
+    type: bool
+    default: true
   fail_on_unproven:
     description: Set C(failed) unless the verdict is V(passed) (so also for V(not_applicable)).
     type: bool
@@ -160,7 +169,7 @@ EXAMPLES = r"""
     worker_b: {name: w1, system_url: "http://{{ kvshare_bind_address }}:8082"}
   register: kv_share
 
-- name: CI with the mocker (no connector): routing only, never "passed"
+- name: CI with the mocker (no connector), routing only, never "passed"
   kvshare.dynamo.kv_share_check:
     frontend_url: http://127.0.10.1:8000
     model: tiny
@@ -257,6 +266,9 @@ report:
     texts_identical:
       description: Whether A and B produced the same completion text.
       type: bool
+    warmup:
+      description: Status and time of the warm-up request per worker (empty when O(warmup=false)).
+      type: dict
     checks:
       description: Every check, name, ok (true/false/null for skipped), detail.
       type: list
@@ -398,7 +410,7 @@ class Check:
 
 def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
               prompt_words=None, max_tokens=8, nonce=None, hit_rate_threshold=0.5,
-              request_timeout=60.0, settle_s=1.0, metrics_wait_s=10.0,
+              request_timeout=60.0, settle_s=1.0, metrics_wait_s=10.0, warmup=True,
               clock=time.monotonic, sleep=time.sleep):
     """Run the A -> B proof. Return the report dict (verdict + reasons inside)."""
     if nonce is None:
@@ -423,7 +435,7 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
         "request_a": None, "request_b": None, "a": None, "b": None, "cross": {},
         "b_hit_rate": None, "ttft_a_s": None, "ttft_b_s": None, "total_a_s": None,
         "total_b_s": None, "speedup": None, "b_token_split": None, "texts_identical": None,
-        "checks": [], "verdict": None, "reasons": [],
+        "warmup": {}, "checks": [], "verdict": None, "reasons": [],
     }
     checks = Check()
 
@@ -475,6 +487,13 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
     completions = dynamo_http.join_url(frontend_url, "/v1/completions")
     results = {}
     deltas = {}
+    if warmup:
+        for key in ("a", "b"):
+            wprompt = build_prompt("warmup-%s-%s" % (key, nonce), prompt_words)
+            res = dynamo_http.post_json(completions, dynamo_http.completion_payload(
+                model, wprompt, 1, instance_id=ids[key], temperature=0), request_timeout)
+            report["warmup"][key] = {"status": res.status, "elapsed_s": round(res.elapsed_s, 4),
+                                     "error": None if res.ok else res.describe()}
     for step, target in enumerate(("a", "b")):
         if step == 1 and settle_s > 0:
             sleep(settle_s)
@@ -664,6 +683,7 @@ def main():
             request_timeout=dict(type="float", default=60.0),
             settle_s=dict(type="float", default=1.0),
             metrics_wait_s=dict(type="float", default=10.0),
+            warmup=dict(type="bool", default=True),
             fail_on_unproven=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -685,7 +705,7 @@ def main():
     report = run_check(p["frontend_url"], p["model"], p["worker_a"], p["worker_b"],
                        p["min_prompt_tokens"], p["prompt_words"], p["max_tokens"], p["nonce"],
                        p["hit_rate_threshold"], p["request_timeout"], max(p["settle_s"], 0.0),
-                       max(p["metrics_wait_s"], 0.0))
+                       max(p["metrics_wait_s"], 0.0), p["warmup"])
     out = dict(changed=False, verdict=report["verdict"], reasons=report["reasons"],
                report=report)
     if p["fail_on_unproven"] and report["verdict"] != "passed":
