@@ -23,9 +23,9 @@ description:
     When C(rpc_port) is given (the worker pins its request-plane port with C(DYN_TCP_RPC_PORT)),
     the port in the instance's C(transport.tcp) address must agree, else the mapping is refused.
   - A worker is B(ready) when it is registered and, with O(completion_probe=true), a
-    direct-routed 1-token completion
-    C(POST /v1/completions {"model": ..., "prompt": "hi", "max_tokens": 1, "temperature": 0,
-    "nvext": {"backend_instance_id": <id>}}) answers HTTP 200.
+    direct-routed 1-token completion C(POST /v1/completions) with the body
+    C({"model":"<model>","prompt":"hi","max_tokens":1,"temperature":0,"nvext":{"backend_instance_id":<id>}})
+    answers HTTP 200.
   - Instance ids exceed 2**53. They are returned as exact integers and as strings; do not pass
     them through tools that parse JSON numbers as doubles (jq 1.6).
   - Stdlib only (urllib); environment proxies are ignored for these requests.
@@ -182,6 +182,10 @@ rounds:
   description: Number of polling rounds.
   returned: always
   type: int
+frontend_error:
+  description: The last error reading the frontend's C(/health?instances=true), or null.
+  returned: always
+  type: str
 not_ready:
   description: Names of workers that were not ready at the deadline.
   returned: always
