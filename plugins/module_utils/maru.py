@@ -303,11 +303,16 @@ _WILDCARDS = ("*", "0.0.0.0", "::", "")
 
 
 def port_clashes(ss_output, address, port, own_pids=None):
-    """Listeners that would stop a service binding ``address:port`` (and are not ``own_pids``)."""
+    """Listeners that would stop a service binding ``address:port`` (and are not ``own_pids``).
+
+    A listener whose process ``ss`` cannot show (pid 0: no ptrace access to another user's process,
+    e.g. in a container without CAP_SYS_PTRACE) is taken to be ours when our service is running:
+    nothing else can hold the same address and port while it does.
+    """
     own = set(int(p) for p in (own_pids or []) if str(p).isdigit() and int(p) > 0)
     clashes = []
     for item in port_listeners(ss_output, port):
-        if item["pid"] in own:
+        if item["pid"] in own or (item["pid"] == 0 and own):
             continue
         if item["address"] in _WILDCARDS or address in _WILDCARDS or item["address"] == address:
             clashes.append(item)

@@ -170,3 +170,10 @@ def test_port_clashes_other_address_is_fine_wildcards_are_not():
     assert [c["process"] for c in m.port_clashes(SS, "127.0.30.1", 6000)] == ["nc"]
     assert [c["process"] for c in m.port_clashes(SS, "127.0.30.1", 22)] == ["sshd"]
     assert len(m.port_clashes(SS, "0.0.0.0", 5555)) == 1
+
+
+def test_port_clashes_unknown_owner_is_ours_only_when_our_service_runs():
+    line = "LISTEN 0 100 127.0.30.1:5555 0.0.0.0:*\n"
+    assert len(m.port_clashes(line, "127.0.30.1", 5555)) == 1
+    assert len(m.port_clashes(line, "127.0.30.1", 5555, own_pids=["0"])) == 1
+    assert m.port_clashes(line, "127.0.30.1", 5555, own_pids=["321"]) == []
