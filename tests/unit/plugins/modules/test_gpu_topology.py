@@ -44,10 +44,6 @@ def test_every_fixture(tmp_path, capsys, name, expected):
     fact = out["ansible_facts"]["kvshare_gpu_topology"]
     assert [g["ucx_net_devices"] for g in fact["gpus"]] == expected
     assert fact["warnings"] == out["topology_warnings"]
-    # module.warn() surfaces the same text to the play
-    surfaced = json.dumps(out.get("warnings", []))
-    for w in out["topology_warnings"]:
-        assert json.dumps(w)[1:-1] in surfaced
 
 
 def test_dgx_no_warnings_and_check_mode(tmp_path, capsys):
@@ -64,10 +60,14 @@ def test_two_socket_warns(tmp_path, capsys):
     assert {d["name"] for d in out["dax_devices"]} == {"dax0.0", "dax1.0"}
 
 
-def test_no_hca_warns(tmp_path, capsys):
+def test_no_hca_warns(tmp_path, capsys, monkeypatch):
+    # module.warn() output is deduplicated process-wide by ansible-core, so record the calls.
+    warned = []
+    monkeypatch.setattr(gpu_topology.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
     rc, out = run(case_args(tmp_path, "no_hca"), capsys)
     assert rc == 0
     assert any("no RDMA device" in w for w in out["topology_warnings"])
+    assert warned == out["topology_warnings"]
 
 
 def test_bond_exclusion_option(tmp_path, capsys):
