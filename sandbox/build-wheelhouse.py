@@ -2,7 +2,9 @@
 """Build the sandbox wheelhouse from the pip steps in inventories/sandbox/group_vars/dynamo.yml.
 
 The sandbox hosts install offline from this directory (bind-mounted), as air-gapped GPU hosts
-would from a wheelhouse built once on the controller. Cached: rebuilt only when the steps change.
+would from a wheelhouse built once for their platform. pip resolves inside a throw-away container
+of the sandbox image, so environment markers (e.g. `python_full_version < "3.11.3"`) are evaluated
+for the hosts' Python, not the controller's. Cached: rebuilt only when the steps or image change.
 Usage: build-wheelhouse.py [WHEELHOUSE_DIR]
 """
 import base64
@@ -59,7 +61,10 @@ def main():
                            os.path.join(os.environ.get("KVSHARE_SANDBOX_DIR", "/var/tmp/kvshare-sandbox"), "wheelhouse"))
     os.makedirs(dest, exist_ok=True)
     steps = yaml.safe_load(open(STEPS_FILE))["dynamo_runtime_pip_steps"]
-    recipe = hashlib.sha256(json.dumps(steps, sort_keys=True).encode()
+    image = os.environ.get("KVSHARE_SANDBOX_IMAGE", "localhost/kvshare-sandbox:bookworm")
+    image_id = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
+                              check=True, capture_output=True, text=True).stdout.strip()
+    recipe = hashlib.sha256(json.dumps(steps, sort_keys=True).encode() + image_id.encode()
                             + open(os.path.join(HERE, "cpu-shims", "_tv_cpu_shim.py"), "rb").read()).hexdigest()[:16]
     stamp = os.path.join(dest, ".kvshare-recipe")
     if os.path.exists(stamp) and open(stamp).read().strip() == recipe:
@@ -68,12 +73,29 @@ def main():
     build_shim_wheel(dest)
     with_deps = [p for s in steps if not s.get("no_deps") for p in s["packages"] if not p.startswith(SHIM_NAME)]
     no_deps = [p for s in steps if s.get("no_deps") for p in s["packages"]]
-    pip = [sys.executable, "-m", "pip"]
+    run = ["podman", "run", "--rm", "--runtime", "runc", "--network", "host",
+           "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "-v", f"{dest}:/wheelhouse"]
+    env = {"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_DEFAULT_TIMEOUT": "180"}
+    cache = os.path.expanduser("~/.cache/pip")
+    os.makedirs(cache, exist_ok=True)
+    run += ["-v", f"{cache}:/root/.cache/pip"]
+    # The machine's CA bundle and local wheel directory (torch's CPU build), where they exist.
+    if os.path.exists("/etc/ssl/certs/ca-certificates.crt"):
+        run += ["-v", "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/controller-ca.crt:ro"]
+        env["PIP_CERT"] = "/etc/ssl/certs/controller-ca.crt"
+    find_links = ["--find-links", "/wheelhouse"]
+    for extra in [p for p in os.environ.get("PIP_FIND_LINKS", "/opt/wheels").split() if os.path.isdir(p)]:
+        run += ["-v", f"{extra}:{extra}:ro"]
+        find_links += ["--find-links", extra]
+    for key, value in env.items():
+        run += ["-e", f"{key}={value}"]
+    script = 'python3 -m venv /tmp/pip-venv >/dev/null && exec /tmp/pip-venv/bin/pip "$@"'
+    pip = run + [image, "bash", "-c", script, "pip"]
     # `pip wheel` also builds wheels for sdist-only dependencies: the hosts have no compiler.
-    subprocess.run(pip + ["wheel", "--quiet", "--wheel-dir", dest, "--find-links", dest] + with_deps, check=True)
+    subprocess.run(pip + ["wheel", "--quiet", "--wheel-dir", "/wheelhouse"] + find_links + with_deps, check=True)
     if no_deps:
-        subprocess.run(pip + ["download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", dest] + no_deps,
-                       check=True)
+        subprocess.run(pip + ["download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", "/wheelhouse"]
+                       + no_deps, check=True)
     with open(stamp, "w") as fh:
         fh.write(recipe + "\n")
     count = len([f for f in os.listdir(dest) if f.endswith(".whl")])

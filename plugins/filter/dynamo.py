@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from ansible.errors import AnsibleFilterError
@@ -47,6 +48,52 @@ def systemd_command(argv):
     return " ".join([program] + [systemd_quote(a) for a in argv[1:]])
 
 
+def worker_argv(worker, python, discovery_backend="etcd"):
+    """The command line of one worker (dynamo.vllm or dynamo.mocker)."""
+    engine = worker.get("engine")
+    model = str(worker["model"])
+    served = worker.get("served_model_name")
+    if engine == "vllm":
+        argv = [python, "-m", "dynamo.vllm", "--model", model]
+        if served:
+            argv += ["--served-model-name", str(served)]
+    elif engine == "mocker":
+        argv = [python, "-m", "dynamo.mocker", "--model-path", model]
+        if served:
+            argv += ["--model-name", str(served)]
+    else:
+        raise AnsibleFilterError("worker_argv: unknown engine %r for worker %s" % (engine, worker.get("name")))
+    argv += ["--discovery-backend", discovery_backend]
+    if worker.get("endpoint"):
+        argv += ["--endpoint", str(worker["endpoint"])]
+    if engine == "vllm":
+        if worker.get("gpu_memory_utilization") is not None:
+            argv += ["--gpu-memory-utilization", str(worker["gpu_memory_utilization"])]
+        # With the pool as the only cache, the external hit rate measures the pool alone.
+        if worker.get("prefix_caching") is False:
+            argv += ["--no-enable-prefix-caching"]
+        cfg = kv_transfer_config(worker)
+        if cfg is not None:
+            argv += ["--kv-transfer-config", json.dumps(cfg, sort_keys=True, separators=(",", ":"))]
+    argv += [str(a) for a in worker.get("extra_args") or []]
+    return argv
+
+
+def worker_probe_targets(workers, bind_address):
+    """What the readiness and verify modules need to find each worker through the frontend."""
+    targets = []
+    for worker in workers or []:
+        target = {
+            "name": worker["name"],
+            "model": str(worker.get("served_model_name") or worker["model"]),
+            "system_url": "http://%s:%s" % (bind_address, worker["system_port"]),
+        }
+        if worker.get("rpc_port"):
+            target["rpc_port"] = int(worker["rpc_port"])
+        targets.append(target)
+    return targets
+
+
 class FilterModule:
     """kvshare.dynamo Dynamo filters."""
 
@@ -57,4 +104,6 @@ class FilterModule:
             "kv_transfer_config": kv_transfer_config,
             "systemd_quote": systemd_quote,
             "systemd_command": systemd_command,
+            "worker_argv": worker_argv,
+            "worker_probe_targets": worker_probe_targets,
         }

@@ -96,3 +96,33 @@ def test_systemd_command_round_trips_json_and_specials():
 def test_systemd_command_refuses_relative_program():
     with pytest.raises(Exception):
         f.systemd_command(["python", "-m", "x"])
+
+
+def test_vllm_worker_argv_renders_connector_json():
+    worker = {"name": "a", "engine": "vllm", "model": "/m", "served_model_name": "tiny", "gpu_memory_utilization": 0.3,
+              "prefix_caching": False, "extra_args": ["--enforce-eager"],
+              "kv_transfer_config": {"kv_connector": "MaruKVConnector", "kv_connector_module_path": "maru_vllm",
+                                     "kv_role": "kv_both", "kv_connector_extra_config": {"maru_instance_id": "w0"}}}
+    argv = f.worker_argv(worker, "/v/bin/python")
+    assert argv[:5] == ["/v/bin/python", "-m", "dynamo.vllm", "--model", "/m"]
+    assert argv[argv.index("--served-model-name") + 1] == "tiny"
+    assert "--no-enable-prefix-caching" in argv and argv[-1] == "--enforce-eager"
+    cfg = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    assert cfg["kv_connector_extra_config"]["maru_instance_id"] == "w0"
+    assert "--connector" not in argv
+
+
+def test_mocker_worker_argv():
+    argv = f.worker_argv({"name": "m", "engine": "mocker", "model": "/m", "served_model_name": "mock",
+                          "endpoint": "dyn://dynamo.mocker.generate", "extra_args": ["--speedup-ratio", "10"]}, "/p")
+    assert argv == ["/p", "-m", "dynamo.mocker", "--model-path", "/m", "--model-name", "mock", "--discovery-backend",
+                    "etcd", "--endpoint", "dyn://dynamo.mocker.generate", "--speedup-ratio", "10"]
+
+
+def test_probe_targets_carry_what_the_ready_module_takes():
+    targets = f.worker_probe_targets([{"name": "a", "engine": "vllm", "model": "/m", "served_model_name": "tiny",
+                                       "system_port": 18081, "rpc_port": 19081},
+                                      {"name": "b", "engine": "mocker", "model": "/m", "system_port": 18082}],
+                                     "127.0.10.2")
+    assert targets == [{"name": "a", "model": "tiny", "system_url": "http://127.0.10.2:18081", "rpc_port": 19081},
+                       {"name": "b", "model": "/m", "system_url": "http://127.0.10.2:18082"}]
