@@ -120,6 +120,8 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
                 errors.append("%s: %s %d is already used by %s" % (label, key, port, reserved[port]))
             else:
                 seen_ports[port] = "worker '%s' (%s)" % (name, key)
+        if "gpus" in worker and not isinstance(worker.get("gpus"), list):
+            errors.append("%s: gpus must be a list of GPU ids (got %r)" % (label, worker.get("gpus")))
         fraction = worker.get("gpu_memory_utilization")
         if fraction is not None:
             try:
