@@ -94,6 +94,48 @@ def worker_probe_targets(workers, bind_address):
     return targets
 
 
+def kv_share_pairs(hosts, hostvars, named_pairs=None):
+    """Worker pairs for verify.yml (see module_utils.workers.share_pairs)."""
+    host_workers = {}
+    for host in hosts or []:
+        try:
+            workers = hostvars[host]["dynamo_workers"]
+        except KeyError:
+            continue
+        host_workers[host] = list(workers or [])
+    try:
+        return _workers.share_pairs(host_workers, named_pairs)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def _fmt(value, spec="%s", none="-"):
+    return none if value is None else spec % value
+
+
+def kv_share_table(reports):
+    """Render kv_share_check reports as a fixed-width table (one line per pair)."""
+    head = ("pair", "hosts", "tokens", "B hit rate", "A hits", "TTFT A", "TTFT B", "speedup", "verdict")
+    rows = [head]
+    for rep in reports or []:
+        report = rep.get("report") or {}
+        a, b = report.get("worker_a") or {}, report.get("worker_b") or {}
+        deltas_a = report.get("a") or {}
+        rows.append((
+            str(report.get("pair") or "%s -> %s" % (a.get("name"), b.get("name"))),
+            "%s -> %s" % (rep.get("host_a", "?"), rep.get("host_b", "?")),
+            _fmt(report.get("prompt_tokens"), "%d"),
+            _fmt(report.get("b_hit_rate"), "%.3f"),
+            _fmt(deltas_a.get("hits"), "%d"),
+            _fmt(report.get("ttft_a_s"), "%.3fs"),
+            _fmt(report.get("ttft_b_s"), "%.3fs"),
+            _fmt(report.get("speedup"), "%.2fx"),
+            str(rep.get("verdict") or report.get("verdict") or "?"),
+        ))
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(head))]
+    return ["  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+
+
 class FilterModule:
     """kvshare.dynamo Dynamo filters."""
 
@@ -106,4 +148,6 @@ class FilterModule:
             "systemd_command": systemd_command,
             "worker_argv": worker_argv,
             "worker_probe_targets": worker_probe_targets,
+            "kv_share_pairs": kv_share_pairs,
+            "kv_share_table": kv_share_table,
         }

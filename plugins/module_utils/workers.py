@@ -154,3 +154,69 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
             errors.append("gpu_memory_utilization on %s: workers %s share GPU %s and ask for %.2f in total (> 1.0)"
                           % (host, ", ".join(n for n, _ in shares), gpu, total))
     return errors
+
+
+def pool_id(host, worker):
+    """Identity of the KV pool a worker shares, or None (no connector / mocker).
+
+    An explicit ``pool`` key wins. Otherwise: Maru -> its metadata server URL; LMCache with Maru
+    -> maru_path; ExampleConnector / file-based -> the host and directory (a local directory is
+    shared only on that host unless ``pool`` says otherwise); anything else -> the host and the
+    connector's JSON (workers configured identically on one host are assumed to share).
+    """
+    if worker.get("pool"):
+        return str(worker["pool"])
+    if worker.get("engine") == "mocker":
+        return None
+    cfg = kv_transfer_config(worker)
+    if cfg is None:
+        return None
+    extra = cfg.get("kv_connector_extra_config") or {}
+    connector = cfg.get("kv_connector")
+    if connector == "MaruKVConnector" and extra.get("maru_server_url"):
+        return "maru:%s" % extra["maru_server_url"]
+    if extra.get("maru_path"):
+        return "maru:%s" % extra["maru_path"]
+    if extra.get("shared_storage_path"):
+        return "dir:%s:%s" % (host, extra["shared_storage_path"])
+    return "cfg:%s:%s" % (host, json.dumps(cfg, sort_keys=True))
+
+
+def share_pairs(host_workers, named_pairs=None):
+    """Pairs (A, B) for the cross-instance check.
+
+    ``host_workers`` maps host -> its worker list. With ``named_pairs`` (items ``{a: host/name,
+    b: host/name}``) exactly those are returned. Otherwise one pair per pool (preferring two
+    workers on different hosts when the pool spans hosts) and one pair per mocker endpoint (for
+    routing and answers; sharing is not applicable there). Each pair item carries host, name and
+    the worker mapping for A and B, and the pool id.
+    """
+    index = {}
+    for host in sorted(host_workers):
+        for worker in host_workers[host] or []:
+            index["%s/%s" % (host, worker["name"])] = (host, worker)
+    pairs = []
+    if named_pairs:
+        for item in named_pairs:
+            missing = [k for k in (item.get("a"), item.get("b")) if k not in index]
+            if missing:
+                raise ValueError("kvshare_verify_pairs names unknown workers %s (use host/name)" % missing)
+            (ha, wa), (hb, wb) = index[item["a"]], index[item["b"]]
+            pairs.append({"a": {"host": ha, "worker": wa}, "b": {"host": hb, "worker": wb},
+                          "pool": pool_id(ha, wa) or "n/a"})
+        return pairs
+    groups = {}
+    for key, (host, worker) in index.items():
+        pid = pool_id(host, worker)
+        if pid is None and worker.get("engine") == "mocker":
+            pid = "mocker:%s:%s" % (worker.get("endpoint") or "default", worker.get("served_model_name") or worker["model"])
+        if pid is not None:
+            groups.setdefault(pid, []).append((host, worker))
+    for pid in sorted(groups):
+        members = groups[pid]
+        if len(members) < 2:
+            continue
+        a = members[0]
+        b = next((m for m in members[1:] if m[0] != a[0]), members[1])
+        pairs.append({"a": {"host": a[0], "worker": a[1]}, "b": {"host": b[0], "worker": b[1]}, "pool": pid})
+    return pairs

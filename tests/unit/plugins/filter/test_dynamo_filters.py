@@ -126,3 +126,45 @@ def test_probe_targets_carry_what_the_ready_module_takes():
                                      "127.0.10.2")
     assert targets == [{"name": "a", "model": "tiny", "system_url": "http://127.0.10.2:18081", "rpc_port": 19081},
                        {"name": "b", "model": "/m", "system_url": "http://127.0.10.2:18082"}]
+
+
+EXAMPLE = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
+           "kv_connector_extra_config": {"shared_storage_path": "/srv/kv"}}
+MARU = {"kv_connector": "MaruKVConnector", "kv_connector_module_path": "maru_vllm", "kv_role": "kv_both",
+        "kv_connector_extra_config": {"maru_server_url": "tcp://10.0.0.1:5555", "maru_instance_id": "x"}}
+
+
+def test_pairs_one_per_pool_and_mocker_endpoint():
+    hosts = {
+        "h2": [{"name": "a", "engine": "vllm", "model": "/m", "kv_transfer_config": EXAMPLE},
+               {"name": "b", "engine": "vllm", "model": "/m", "kv_transfer_config": EXAMPLE}],
+        "h3": [{"name": "m1", "engine": "mocker", "model": "/m", "endpoint": "dyn://d.mocker.generate"},
+               {"name": "m2", "engine": "mocker", "model": "/m", "endpoint": "dyn://d.mocker.generate"}],
+    }
+    pairs = w.share_pairs(hosts)
+    got = sorted((p["a"]["host"] + "/" + p["a"]["worker"]["name"], p["b"]["host"] + "/" + p["b"]["worker"]["name"])
+                 for p in pairs)
+    assert got == [("h2/a", "h2/b"), ("h3/m1", "h3/m2")]
+
+
+def test_local_directories_on_two_hosts_are_two_pools():
+    hosts = {"h1": [{"name": "a", "engine": "vllm", "model": "/m", "kv_transfer_config": EXAMPLE}],
+             "h2": [{"name": "b", "engine": "vllm", "model": "/m", "kv_transfer_config": EXAMPLE}]}
+    assert w.share_pairs(hosts) == []
+
+
+def test_maru_pool_spanning_hosts_pairs_across_hosts():
+    hosts = {"h1": [{"name": "a", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU},
+                    {"name": "b", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU}],
+             "h2": [{"name": "c", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU}]}
+    (pair,) = w.share_pairs(hosts)
+    assert (pair["a"]["host"], pair["a"]["worker"]["name"], pair["b"]["host"]) == ("h1", "a", "h2")
+    assert pair["pool"] == "maru:tcp://10.0.0.1:5555"
+
+
+def test_named_pairs_and_unknown_names():
+    hosts = {"h1": [{"name": "a", "engine": "vllm", "model": "/m"}, {"name": "b", "engine": "vllm", "model": "/m"}]}
+    (pair,) = w.share_pairs(hosts, [{"a": "h1/b", "b": "h1/a"}])
+    assert pair["a"]["worker"]["name"] == "b"
+    with pytest.raises(ValueError, match="unknown workers"):
+        w.share_pairs(hosts, [{"a": "h1/a", "b": "h9/z"}])
