@@ -1,0 +1,66 @@
+"""Dynamo: units, listen addresses, every worker answering a direct-routed completion, start order."""
+import pytest
+
+from conftest import FRONTEND, address, completion, generate_instances, group, instance_of, workers
+
+WORKERS = list(workers())
+IDS = ["%s/%s" % (h, w["name"]) for h, w in WORKERS]
+
+
+def test_frontend_unit_and_port(hosts):
+    host = hosts[FRONTEND]
+    svc = host.service("dynamo-frontend")
+    assert svc.is_running and svc.is_enabled
+    assert host.socket("tcp://%s:8000" % address(FRONTEND)).is_listening
+    assert not host.socket("tcp://0.0.0.0:8000").is_listening
+    assert host.process.filter(user="dynamo", comm="python")
+
+
+@pytest.mark.parametrize("host,worker", WORKERS, ids=IDS)
+def test_worker_unit_and_ports(hosts, host, worker):
+    h = hosts[host]
+    svc = h.service("dynamo-worker@%s" % worker["name"])
+    assert svc.is_running and svc.is_enabled
+    assert h.socket("tcp://%s:%s" % (address(host), worker["system_port"])).is_listening
+    assert h.socket("tcp://%s:%s" % (address(host), worker["rpc_port"])).is_listening
+    assert h.check_output("systemctl show -p User --value dynamo-worker@%s" % worker["name"]) == "dynamo"
+    assert h.check_output("systemctl show -p LimitMEMLOCK --value dynamo-worker@%s" % worker["name"]) == "infinity"
+
+
+def test_every_worker_registered_once():
+    assert len(generate_instances()) == len(WORKERS)
+
+
+@pytest.mark.parametrize("host,worker", WORKERS, ids=IDS)
+def test_worker_answers_direct_routed_completion(host, worker):
+    (iid,) = instance_of(host, worker)
+    status, body = completion(worker, iid)
+    assert status == 200, body
+    assert body["usage"]["completion_tokens"] == 2
+
+
+def test_untargeted_request_is_refused_in_direct_mode():
+    _, worker = WORKERS[0]
+    from conftest import FRONTEND_URL, http_json
+    status, _ = http_json(FRONTEND_URL + "/v1/completions",
+                          {"model": worker["served_model_name"], "prompt": "hi", "max_tokens": 1})
+    assert status == 400
+
+
+def _start_times(h, names):
+    out = {}
+    for name in names:
+        mono = h.check_output("systemctl show -p ExecMainStartTimestampMonotonic --value dynamo-worker@%s" % name)
+        out[name] = int(mono) / 1e6
+    return out
+
+
+def test_same_gpu_workers_started_one_after_another(hosts):
+    """vllm-a and vllm-b share GPU 0: b starts only once a is proven ready (>10 s of vLLM start)."""
+    times = _start_times(hosts["sb2"], ["vllm-a", "vllm-b"])
+    assert times["vllm-b"] - times["vllm-a"] > 10, times
+
+
+def test_workers_on_different_gpus_started_together(hosts):
+    times = _start_times(hosts["sb3"], ["mock-a", "mock-b"])
+    assert abs(times["mock-b"] - times["mock-a"]) < 3, times
