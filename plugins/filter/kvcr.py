@@ -1,0 +1,125 @@
+"""Filters for the KVCR variant: identity, rendered config, cross-host validation."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+
+
+def kvcr_cache_owner_id(slot, slot_count, prefix):
+    """Canonical cache owner id of a slot (``<prefix>/<slot as 32 hex>``)."""
+    try:
+        return _kvcr.cache_owner_id(slot, slot_count, prefix)
+    except ValueError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def kvcr_kv_transfer_config(variant, slot, slot_count, advertise_host, options):
+    """The KVCR worker's --kv-transfer-config mapping for the variant."""
+    try:
+        return _kvcr.kv_transfer_config(variant, slot, slot_count, advertise_host, dict(options or {}))
+    except (KeyError, ValueError) as exc:
+        raise AnsibleFilterError("kvcr_kv_transfer_config: %s" % exc) from exc
+
+
+def kvcr_worker_env(slot, slot_count, hash_seed, proto_info=False):
+    """KVCR_CACHE_SLOT, KVCR_CACHE_SLOT_COUNT, PYTHONHASHSEED (and UCX_PROTO_INFO) for the worker."""
+    return _kvcr.worker_env(slot, slot_count, hash_seed, proto_info)
+
+
+def kvcr_service_argv(python, options):
+    """argv of ``python -m kvcr.kvcr_service``."""
+    try:
+        return _kvcr.service_argv(python, dict(options or {}))
+    except (KeyError, ValueError) as exc:
+        raise AnsibleFilterError("kvcr_service_argv: %s" % exc) from exc
+
+
+def _hostvar(hostvars, host, name, default=None):
+    try:
+        value = hostvars[host][name]
+    except KeyError:
+        return default
+    return default if value is None else value
+
+
+def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
+    """The KVCR hosts as plain data for kvcr_deployment_errors (node, slot, KVCR worker names)."""
+    members = []
+    for host in hosts or []:
+        node = (_hostvar(hostvars, host, "kvcr_node_id") or _hostvar(hostvars, host, "ansible_host")
+                or _hostvar(hostvars, host, "kvshare_bind_address") or host)
+        worker = _hostvar(hostvars, host, "kvcr_worker_name", default_worker_name)
+        members.append({
+            "host": host,
+            "address": str(node),
+            "slot": _hostvar(hostvars, host, "kvcr_cache_slot"),
+            "kvcr_workers": [worker] if worker else [],
+        })
+    return members
+
+
+def kvcr_router_modes(hosts, hostvars):
+    """{frontend host: dynamo_frontend_router_mode} (the role default 'direct' when unset)."""
+    return dict((h, _hostvar(hostvars, h, "dynamo_frontend_router_mode", "direct")) for h in hosts or [])
+
+
+def kvcr_deployment_errors(members, settings):
+    """Cross-host messages (empty list when the KVCR variant is consistent)."""
+    return _kvcr.deployment_errors(list(members or []), dict(settings or {}))
+
+
+def kvcr_worker_errors(worker, expected_config, variant, require_hardware=True):
+    """Messages about the one KVCR worker of a host."""
+    return _kvcr.worker_errors(dict(worker or {}), expected_config, variant, require_hardware)
+
+
+def kvcr_advertise_host_error(host):
+    """Why host cannot be advertised to the state agent and peers ('' when it can)."""
+    return _kvcr.advertise_host_error(host) or ""
+
+
+def _delta(before, after, key):
+    b, a = (before or {}).get(key), (after or {}).get(key)
+    return None if a is None or b is None else int(a) - int(b)
+
+
+def kvcr_rdma_errors(payload_bytes, source_before, source_after, target_before, target_after):
+    """Why the source transmit / target receive deltas (kvcr_rdma_counters results) miss the payload."""
+    return _kvcr.rdma_errors(_delta(source_before, source_after, "xmit_bytes"),
+                             _delta(target_before, target_after, "rcv_bytes"), payload_bytes)
+
+
+def kvcr_guard_workers(hosts, hostvars, worker_name="kvcr"):
+    """[{name: host, system_url, rpc_port}] of each host's KVCR worker (for kvcr_guard_check)."""
+    out = []
+    for host in hosts or []:
+        name = _hostvar(hostvars, host, "kvcr_worker_name", worker_name)
+        workers = [w for w in _hostvar(hostvars, host, "dynamo_workers", []) or [] if w.get("name") == name]
+        if len(workers) != 1:
+            raise AnsibleFilterError("kvcr_guard_workers: %s has no worker named %s" % (host, name))
+        spec = {"name": host, "system_url": "http://%s:%s" % (
+            _hostvar(hostvars, host, "kvshare_bind_address"), workers[0]["system_port"])}
+        if workers[0].get("rpc_port"):
+            spec["rpc_port"] = int(workers[0]["rpc_port"])
+        out.append(spec)
+    return out
+
+
+class FilterModule:
+    """kvshare.dynamo KVCR filters."""
+
+    def filters(self):
+        return {
+            "kvcr_cache_owner_id": kvcr_cache_owner_id,
+            "kvcr_kv_transfer_config": kvcr_kv_transfer_config,
+            "kvcr_worker_env": kvcr_worker_env,
+            "kvcr_service_argv": kvcr_service_argv,
+            "kvcr_members": kvcr_members,
+            "kvcr_router_modes": kvcr_router_modes,
+            "kvcr_deployment_errors": kvcr_deployment_errors,
+            "kvcr_worker_errors": kvcr_worker_errors,
+            "kvcr_advertise_host_error": kvcr_advertise_host_error,
+            "kvcr_rdma_errors": kvcr_rdma_errors,
+            "kvcr_guard_workers": kvcr_guard_workers,
+        }

@@ -1,0 +1,497 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to kvshare.dynamo
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""KVCR (KV Cache Runner) variant: inventory checks, worker config, Guard-recovery metrics.
+
+Stdlib only: the metric and process helpers run on managed hosts.
+
+Facts this follows (docs/kvcr.md has the sources):
+- A cache owner id must match ``^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}/[0-9a-f]{32}$`` and be
+  unique per global DP rank (ai-dynamo 1.6.1 ``dynamo/vllm/state_agent.py``); the seed builds
+  ``<domain>/<16 hex>/<slot as 32 hex>`` from a stable replica index.
+- ``dynamo_state_agent.raw_advertise_host`` must be connectable: not loopback, not ``0.0.0.0``.
+- The state agent needs prefix caching and vLLM KV events on the worker.
+- ``python -m kvcr.kvcr_service`` (PyPI ``kvcr`` 0.1.1) takes ``--socket-path --pool-dir
+  --guard-count --pool-sizes-gb --compatibility-digest`` and optionally
+  ``--heartbeat-timeout-ms`` and ``--log-level``.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import ipaddress
+import os
+import re
+import signal
+
+from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
+
+VARIANTS = ("process_local", "memory_service")
+CACHE_OWNER_RE = re.compile(r"^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}/[0-9a-f]{32}$")
+OWNER_PREFIX_RE = re.compile(r"^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}$")
+DIGEST_RE = re.compile(r"^[A-Za-z0-9._:/-]+$")
+KVCR_TIER = "1:kvcr"
+
+TRANSFER_BLOCKS = "vllm:kvcr_transfer_blocks_total"
+TIER_READ_BYTES = "vllm:kv_offload_tiering_read_bytes_total"
+TIER_WRITE_BYTES = "vllm:kv_offload_tiering_write_bytes_total"
+PROMPT_TOKENS = prometheus_text.VLLM_PROMPT_TOKENS_BY_SOURCE
+ENGINE_TITLE = "VLLM::EngineCore"
+# sysfs port counters port_xmit_data / port_rcv_data count 4-byte words.
+RDMA_COUNTER_UNIT = 4
+
+
+# ---------------------------------------------------------------------------
+# identity
+# ---------------------------------------------------------------------------
+
+def as_slot(value):
+    """A slot index as int, or None when it is not a non-negative decimal integer (bools refused)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and value.isdecimal():
+        return int(value)
+    return None
+
+
+def cache_owner_id(slot, slot_count, prefix):
+    """The canonical cache owner id of a slot; ValueError when slot or prefix is invalid."""
+    count = as_slot(slot_count)
+    idx = as_slot(slot)
+    if count is None or count <= 0:
+        raise ValueError("KVCR cache slot count must be a positive integer (got %r)" % (slot_count,))
+    if idx is None:
+        raise ValueError("KVCR cache slot must be a decimal integer (got %r)" % (slot,))
+    if idx >= count:
+        raise ValueError("KVCR cache slot %d is outside [0, %d)" % (idx, count))
+    if not isinstance(prefix, str) or not OWNER_PREFIX_RE.match(prefix):
+        raise ValueError("KVCR cache owner prefix must match %s (got %r)" % (OWNER_PREFIX_RE.pattern, prefix))
+    owner = "%s/%032x" % (prefix, idx)
+    if not CACHE_OWNER_RE.match(owner):  # pragma: no cover - guarded by the checks above
+        raise ValueError("KVCR cache owner id %r is not canonical" % owner)
+    return owner
+
+
+def advertise_host_error(host):
+    """Why a host cannot be the state agent's raw_advertise_host / control_advertise_host, or None."""
+    if not isinstance(host, str) or not host:
+        return "must be a non-empty host name or address"
+    if host in ("*", "localhost", "0.0.0.0", "::", "[::]") or "/" in host or any(c.isspace() for c in host):
+        return "must be a connectable host without scheme, port or wildcard (got %r)" % host
+    if host.startswith("["):
+        literal = host[1:-1] if host.endswith("]") else None
+    elif ":" in host:
+        return "must not carry a port; bracket IPv6 literals (got %r)" % host
+    else:
+        literal = host
+    try:
+        addr = ipaddress.ip_address(literal)
+    except (TypeError, ValueError):
+        if host.startswith("["):
+            return "bracketed host must be an IPv6 literal (got %r)" % host
+        return None
+    if addr.is_loopback or addr.is_unspecified:
+        return "must not be loopback or unspecified (got %s): the state agent and peers connect to it" % host
+    return None
+
+
+# ---------------------------------------------------------------------------
+# inventory checks
+# ---------------------------------------------------------------------------
+
+def deployment_errors(members, settings):
+    """Cross-host checks of the KVCR variant. Returns a list of messages (empty when valid).
+
+    ``members``: one dict per KVCR host: host (inventory name), address (the machine's address:
+    ansible_host or kvshare_bind_address), slot (the host's kvcr_cache_slot), kvcr_workers
+    (names of this host's workers bound to KVCR).
+    ``settings``: variant, slot_count, compatibility_digest, require_two_nodes, router_modes
+    (the dynamo_frontend_router_mode of each frontend host), discovery_backend.
+    """
+    errors = []
+    variant = settings.get("variant")
+    if variant not in VARIANTS:
+        errors.append("kvcr_variant must be one of %s (got %r)" % (", ".join(VARIANTS), variant))
+    count = as_slot(settings.get("slot_count"))
+    if count is None or count <= 0:
+        errors.append("kvcr_cache_slot_count must be a positive integer (got %r)" % (settings.get("slot_count"),))
+        count = None
+    digest = settings.get("compatibility_digest")
+    if variant == "memory_service":
+        if not digest:
+            errors.append("kvcr_compatibility_digest is required with kvcr_variant=memory_service "
+                          "(the service refuses claims from engines with another digest)")
+        elif not isinstance(digest, str) or not DIGEST_RE.match(digest):
+            errors.append("kvcr_compatibility_digest %r may only contain [A-Za-z0-9._:/-]" % (digest,))
+    modes = settings.get("router_modes") or {}
+    if not modes:
+        errors.append("no frontend in the inventory: KVCR needs a frontend with --router-mode kv")
+    for host, mode in sorted(modes.items()):
+        if mode != "kv":
+            errors.append("dynamo_frontend_router_mode on %s is %r: KVCR needs the KV-aware router (kv); "
+                          "direct and round-robin routing produce no router hints" % (host, mode))
+    if settings.get("discovery_backend", "etcd") != "etcd":
+        errors.append("KVCR uses etcd discovery (the state agent registers there); got %r"
+                      % settings.get("discovery_backend"))
+
+    seen_slots = {}
+    by_address = {}
+    total_workers = 0
+    for member in members:
+        host = member.get("host")
+        names = list(member.get("kvcr_workers") or [])
+        total_workers += len(names)
+        if len(names) != 1:
+            errors.append("%s: exactly one worker must be bound to KVCR on each KVCR host (found %d: %s)"
+                          % (host, len(names), ", ".join(names) or "none"))
+        slot = as_slot(member.get("slot"))
+        if slot is None:
+            errors.append("kvcr_cache_slot on %s must be a non-negative integer from the inventory (got %r)"
+                          % (host, member.get("slot")))
+        elif count is not None and slot >= count:
+            errors.append("kvcr_cache_slot %d on %s is outside [0, %d) (kvcr_cache_slot_count)" % (slot, host, count))
+        elif slot in seen_slots:
+            errors.append("kvcr_cache_slot %d on %s is already used by %s: cache owner ids must be unique"
+                          % (slot, host, seen_slots[slot]))
+        else:
+            seen_slots[slot] = host
+        by_address.setdefault(str(member.get("address")), []).append(host)
+    if settings.get("require_two_nodes", True):
+        for address, hosts in sorted(by_address.items()):
+            if len(hosts) > 1:
+                errors.append("KVCR hosts %s are one machine (%s): the variant needs its workers on "
+                              "separate nodes (kvcr_require_two_nodes)" % (", ".join(sorted(hosts)), address))
+        if len(members) < 2 or len(by_address) < 2:
+            errors.append("KVCR needs workers on at least two nodes (kvcr_require_two_nodes); the group has %d "
+                          "host(s) on %d machine(s)" % (len(members), len(by_address)))
+    if count is not None and total_workers > count:
+        errors.append("%d KVCR workers but kvcr_cache_slot_count is %d" % (total_workers, count))
+    return errors
+
+
+def worker_errors(worker, expected_config, variant, require_hardware=True):
+    """Checks of the one KVCR worker on a host against the config this variant renders."""
+    errors = []
+    name = worker.get("name")
+    if worker.get("engine") != "vllm":
+        if require_hardware:
+            errors.append("worker %s: engine must be vllm for KVCR (got %r)" % (name, worker.get("engine")))
+        return errors
+    if worker.get("prefix_caching") is False:
+        errors.append("worker %s: the KV state agent needs prefix caching (drop prefix_caching: false)" % name)
+    if not worker.get("gpus"):
+        errors.append("worker %s: gpus is required (the UCX environment is chosen per GPU)" % name)
+    if worker.get("kv_transfer_config") != expected_config:
+        errors.append("worker %s: kv_transfer_config must be kvcr_worker_kv_transfer_config (the %s config "
+                      "rendered from the slot), not a hand-written one" % (name, variant))
+    args = [str(a) for a in worker.get("extra_args") or []]
+    if "--kv-events-config" not in args:
+        errors.append("worker %s: extra_args must carry --kv-events-config with enable_kv_cache_events "
+                      "(kvcr_worker_extra_args): the state agent needs vLLM KV events" % name)
+    if "--no-enable-prefix-caching" in args:
+        errors.append("worker %s: --no-enable-prefix-caching disables what the state agent needs" % name)
+    return errors
+
+
+# ---------------------------------------------------------------------------
+# rendered configuration
+# ---------------------------------------------------------------------------
+
+def kv_transfer_config(variant, slot, slot_count, advertise_host, options):
+    """The worker's --kv-transfer-config for the variant (OffloadingConnector + KVCR tier).
+
+    options: owner_prefix, cpu_bytes, control_port, socket_path (memory_service),
+    compatibility_digest (memory_service), secondary_g2_slots (process_local), enable_telemetry.
+    """
+    if variant not in VARIANTS:
+        raise ValueError("unknown KVCR variant %r" % (variant,))
+    tier = {"type": "kvcr"}
+    if variant == "memory_service":
+        tier["kvcr_service_socket_path"] = str(options["socket_path"])
+        tier["compatibility_digest"] = str(options.get("compatibility_digest") or "")
+    else:
+        tier["secondary_g2_slots"] = int(options.get("secondary_g2_slots", 1024))
+    tier.update({
+        "router_capabilities": ["router_hint"],
+        "control_host": str(advertise_host),
+        "control_ports": [int(options.get("control_port", 23280))],
+        "control_advertise_host": str(advertise_host),
+        "enable_telemetry": bool(options.get("enable_telemetry", True)),
+    })
+    return {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "cpu_bytes_to_use": int(options.get("cpu_bytes", 2147483648)),
+            "spec_name": "TieringOffloadingSpec",
+            "self_describing_kv_events": True,
+            "dynamo_state_agent": {
+                "raw_advertise_host": str(advertise_host),
+                "cache_owner_ids": {"0": cache_owner_id(slot, slot_count, options["owner_prefix"])},
+            },
+            "secondary_tiers": [tier],
+        },
+    }
+
+
+def worker_env(slot, slot_count, hash_seed, proto_info=False):
+    """Environment the KVCR worker adds to its unit (identity and hashing pinned)."""
+    env = {
+        "KVCR_CACHE_SLOT": str(as_slot(slot)),
+        "KVCR_CACHE_SLOT_COUNT": str(as_slot(slot_count)),
+        # Block hashes must agree across nodes: Python's str hash is salted per process otherwise.
+        "PYTHONHASHSEED": str(hash_seed),
+    }
+    if proto_info:
+        env["UCX_PROTO_INFO"] = "y"
+    return env
+
+
+def service_argv(python, options):
+    """argv of the KVCR memory service (``python -m kvcr.kvcr_service``)."""
+    sizes = options.get("pool_sizes_gb")
+    if isinstance(sizes, (list, tuple)):
+        sizes = ",".join(str(s) for s in sizes)
+    argv = [python, "-m", "kvcr.kvcr_service",
+            "--socket-path", str(options["socket_path"]),
+            "--pool-dir", str(options["pool_dir"]),
+            "--guard-count", str(int(options.get("guard_count", 1))),
+            "--pool-sizes-gb", str(sizes),
+            "--compatibility-digest", str(options["compatibility_digest"])]
+    if options.get("heartbeat_timeout_ms"):
+        argv += ["--heartbeat-timeout-ms", str(options["heartbeat_timeout_ms"])]
+    if options.get("log_level"):
+        argv += ["--log-level", str(options["log_level"]).upper()]
+    return argv
+
+
+# ---------------------------------------------------------------------------
+# Guard-recovery metrics
+# ---------------------------------------------------------------------------
+
+def counters(exposition):
+    """The KVCR counters of one worker's /metrics (summed over engines; None when absent)."""
+    if isinstance(exposition, (str, bytes)):
+        exposition = prometheus_text.parse(exposition)
+    return {
+        "local_fill": exposition.sum(TRANSFER_BLOCKS, {"operation": "local_fill"}),
+        "remote_deliver": exposition.sum(TRANSFER_BLOCKS, {"operation": "remote_deliver"}),
+        "tier_write_bytes": exposition.sum(TIER_WRITE_BYTES, {"tier": KVCR_TIER}),
+        "tier_read_bytes": exposition.sum(TIER_READ_BYTES, {"tier": KVCR_TIER}),
+        "external_tokens": exposition.sum(PROMPT_TOKENS, {"source": "external_kv_transfer"}),
+    }
+
+
+_DELTA_KEYS = (
+    ("local_fill", TRANSFER_BLOCKS, {"operation": "local_fill"}),
+    ("remote_deliver", TRANSFER_BLOCKS, {"operation": "remote_deliver"}),
+    ("tier_write_bytes", TIER_WRITE_BYTES, {"tier": KVCR_TIER}),
+    ("tier_read_bytes", TIER_READ_BYTES, {"tier": KVCR_TIER}),
+    ("external_tokens", PROMPT_TOKENS, {"source": "external_kv_transfer"}),
+)
+
+
+def deltas(before, after):
+    """Per-counter deltas between two /metrics snapshots of one worker.
+
+    Returns {key: delta or None (metric absent after), ..., "reset": bool, "missing": [keys]}.
+    A counter that went down (the worker restarted in between) is flagged as a reset.
+    """
+    if isinstance(before, (str, bytes)):
+        before = prometheus_text.parse(before)
+    if isinstance(after, (str, bytes)):
+        after = prometheus_text.parse(after)
+    out = {"reset": False, "missing": []}
+    for key, name, flt in _DELTA_KEYS:
+        delta = prometheus_text.counter_delta(before, after, name, flt)
+        out[key] = delta.delta
+        out["reset"] = out["reset"] or delta.reset
+        if delta.missing:
+            out["missing"].append(key)
+    return out
+
+
+def _positive(value):
+    return value is not None and value > 0
+
+
+def identify_source(seed_deltas):
+    """Which worker the first request seeded: the only one with Δlocal_fill > 0 and Δtier write > 0.
+
+    seed_deltas: {worker: deltas()}. Returns (source, target, errors); source/target are None when
+    the picture is not exactly one seeded worker and one untouched worker.
+    """
+    seeded = sorted(w for w, d in seed_deltas.items()
+                    if _positive(d.get("local_fill")) and _positive(d.get("tier_write_bytes")))
+    errors = []
+    if len(seed_deltas) != 2:
+        errors.append("the Guard check needs exactly two KVCR workers (got %d)" % len(seed_deltas))
+    if len(seeded) != 1:
+        errors.append("expected exactly one worker with Δ%s{operation=\"local_fill\"} > 0 and "
+                      "Δ%s{tier=\"%s\"} > 0 after the first request, found %d (%s)"
+                      % (TRANSFER_BLOCKS, TIER_WRITE_BYTES, KVCR_TIER, len(seeded), ", ".join(seeded) or "none"))
+    if errors:
+        return None, None, errors
+    source = seeded[0]
+    others = [w for w in seed_deltas if w != source]
+    target = others[0]
+    touched = dict((k, seed_deltas[target].get(k)) for k in ("local_fill", "tier_write_bytes")
+                   if _positive(seed_deltas[target].get(k)))
+    if touched:
+        return None, None, ["the target %s was seeded by the first request too (%s): nothing would tell a "
+                            "remote delivery from a local hit" % (target, touched)]
+    return source, target, []
+
+
+def recovery_errors(baseline, recovered, target_deltas):
+    """Why the recovery request does not prove the Guard served the prefix (empty list: it does)."""
+    errors = []
+    if recovered != baseline:
+        errors.append("the answer after the engine kill differs from the baseline: %r != %r"
+                      % (_excerpt(recovered), _excerpt(baseline)))
+    if target_deltas.get("reset"):
+        errors.append("the target's counters went down: it restarted during the check")
+    for key, what in (("remote_deliver", "%s{operation=\"remote_deliver\"}" % TRANSFER_BLOCKS),
+                      ("tier_read_bytes", "%s{tier=\"%s\"}" % (TIER_READ_BYTES, KVCR_TIER)),
+                      ("external_tokens", "%s{source=\"external_kv_transfer\"}" % PROMPT_TOKENS)):
+        value = target_deltas.get(key)
+        if value is None:
+            errors.append("Δ%s: metric absent on the target" % what)
+        elif value <= 0:
+            errors.append("Δ%s is %s on the target (must be > 0)" % (what, _num(value)))
+    return errors
+
+
+def rdma_errors(xmit_bytes, rcv_bytes, payload_bytes):
+    """Whether the HCA counters cover the KVCR payload (source transmit, target receive)."""
+    errors = []
+    if payload_bytes is None or payload_bytes <= 0:
+        return ["no KVCR payload to compare the RDMA counters with (Δtier read bytes is %s)" % _num(payload_bytes)]
+    if xmit_bytes is None:
+        errors.append("source HCA transmit counter unreadable")
+    elif xmit_bytes < payload_bytes:
+        errors.append("source HCA transmit bytes %d do not cover the KVCR payload %d" % (xmit_bytes, payload_bytes))
+    if rcv_bytes is None:
+        errors.append("target HCA receive counter unreadable")
+    elif rcv_bytes < payload_bytes:
+        errors.append("target HCA receive bytes %d do not cover the KVCR payload %d" % (rcv_bytes, payload_bytes))
+    return errors
+
+
+def _num(value):
+    if value is None:
+        return "n/a"
+    return "%d" % value if float(value).is_integer() else "%s" % value
+
+
+def _excerpt(text, limit=120):
+    text = "" if text is None else str(text)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# ---------------------------------------------------------------------------
+# host side: RDMA counters, engine processes
+# ---------------------------------------------------------------------------
+
+def parse_ucx_devices(value):
+    """UCX_NET_DEVICES ("mlx5_3:1,mlx5_4:1") -> [(device, port)]; bare names mean port 1."""
+    out = []
+    for item in str(value or "").split(","):
+        item = item.strip()
+        if not item or item == "all":
+            continue
+        dev, _, port = item.partition(":")
+        out.append((dev, port or "1"))
+    return out
+
+
+def rdma_counters(sysfs_root="/", devices=None):
+    """Bytes sent and received by HCA ports, from sysfs (counters are in 4-byte words).
+
+    devices: [(device, port)] to read, or None/[] for every port of every device.
+    Returns {"ports": [{"device", "port", "xmit_bytes", "rcv_bytes"}], "xmit_bytes", "rcv_bytes",
+    "errors": [...]}; the totals are None when no port could be read.
+    """
+    base = os.path.join(sysfs_root, "sys/class/infiniband")
+    wanted = list(devices or [])
+    if not wanted:
+        try:
+            for dev in sorted(os.listdir(base)):
+                ports_dir = os.path.join(base, dev, "ports")
+                for port in sorted(os.listdir(ports_dir)):
+                    wanted.append((dev, port))
+        except OSError:
+            pass
+    result = {"ports": [], "errors": [], "xmit_bytes": None, "rcv_bytes": None}
+    for dev, port in wanted:
+        counters_dir = os.path.join(base, dev, "ports", str(port), "counters")
+        entry = {"device": dev, "port": str(port)}
+        try:
+            for key, fname in (("xmit_bytes", "port_xmit_data"), ("rcv_bytes", "port_rcv_data")):
+                with open(os.path.join(counters_dir, fname)) as handle:
+                    entry[key] = int(handle.read().strip()) * RDMA_COUNTER_UNIT
+        except (OSError, ValueError) as exc:
+            result["errors"].append("%s:%s: %s" % (dev, port, exc))
+            continue
+        result["ports"].append(entry)
+    if result["ports"]:
+        result["xmit_bytes"] = sum(p["xmit_bytes"] for p in result["ports"])
+        result["rcv_bytes"] = sum(p["rcv_bytes"] for p in result["ports"])
+    elif not wanted:
+        result["errors"].append("no RDMA device under %s" % base)
+    return result
+
+
+def cgroup_pids(cgroup_dir):
+    """Every pid in a cgroup (v2) directory and its children."""
+    pids = []
+    for root, _dirs, files in os.walk(cgroup_dir):
+        if "cgroup.procs" in files:
+            try:
+                with open(os.path.join(root, "cgroup.procs")) as handle:
+                    pids.extend(int(line) for line in handle.read().split())
+            except (OSError, ValueError):
+                continue
+    return sorted(set(pids))
+
+
+def process_title(pid, proc_root="/proc"):
+    """The process's title as ps shows it: cmdline (NULs as spaces), else comm."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        raw = b""
+    title = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    if title:
+        return title
+    try:
+        with open(os.path.join(proc_root, str(pid), "comm")) as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def engine_pids(cgroup_dir, pattern=ENGINE_TITLE, proc_root="/proc"):
+    """[(pid, title)] of the processes in the unit's cgroup whose title contains pattern."""
+    found = []
+    for pid in cgroup_pids(cgroup_dir):
+        title = process_title(pid, proc_root)
+        if pattern in title:
+            found.append((pid, title))
+    return found
+
+
+def kill_pids(pids, sig=signal.SIGKILL, kill=os.kill):
+    """Send sig to each pid; returns (killed, gone) lists (a pid that vanished is not an error)."""
+    killed, gone = [], []
+    for pid in pids:
+        try:
+            kill(pid, sig)
+            killed.append(pid)
+        except ProcessLookupError:
+            gone.append(pid)
+    return killed, gone
