@@ -1,0 +1,45 @@
+"""Every role's meta/argument_specs.yml documents exactly the variables of its defaults/main.yml."""
+import os
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROLES = sorted(d for d in os.listdir(os.path.join(REPO, "roles")) if not d.startswith("."))
+
+
+def _load(role, *parts):
+    path = os.path.join(REPO, "roles", role, *parts)
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_has_argument_specs_and_defaults(role):
+    assert _load(role, "meta", "argument_specs.yml"), "%s has no meta/argument_specs.yml" % role
+    assert _load(role, "defaults", "main.yml") is not None, "%s has no defaults/main.yml" % role
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_and_argument_specs_in_lock_step(role):
+    defaults = set((_load(role, "defaults", "main.yml") or {}).keys())
+    specs = _load(role, "meta", "argument_specs.yml")["argument_specs"]
+    documented = set(specs["main"].get("options", {}).keys())
+    assert defaults - documented == set(), "%s: defaults missing from argument_specs" % role
+    assert documented - defaults == set(), "%s: argument_specs options without a default" % role
+    for entry, spec in specs.items():
+        options = spec.get("options", {})
+        for name, option in options.items():
+            assert name.startswith(role + "_"), "%s: %s is not prefixed with the role name" % (role, name)
+            assert option.get("description"), "%s: %s (%s) has no description" % (role, name, entry)
+            assert option.get("type"), "%s: %s (%s) has no type" % (role, name, entry)
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_preflight_entry_point_validates_the_same_options(role):
+    specs = _load(role, "meta", "argument_specs.yml")["argument_specs"]
+    if os.path.exists(os.path.join(REPO, "roles", role, "tasks", "preflight.yml")):
+        assert "preflight" in specs, "%s: tasks/preflight.yml has no argument_specs entry point" % role
+        assert specs["preflight"]["options"].keys() == specs["main"]["options"].keys()
