@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Developer entry point for kvshare.dynamo (run as root on Debian 12).
+#   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
+#   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule
+# Other targets: bootstrap, lint, unit, build, molecule, verify, destroy.
+set -euo pipefail
+cd "$(dirname "$0")"
+REPO=$PWD
+VENV=${KVSHARE_VENV:-$REPO/.venv}
+export KVSHARE_SANDBOX_DIR=${KVSHARE_SANDBOX_DIR:-/var/tmp/kvshare-sandbox}
+export PATH="$VENV/bin:$PATH"
+export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
+
+APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs python3-venv openssh-client ca-certificates git)
+
+bootstrap() {
+  local missing=()
+  for pkg in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "== apt: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  local stamp="$VENV/.requirements.sha256" want
+  want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+  if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "== venv: $VENV from requirements-dev.txt"
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -r requirements-dev.txt
+    echo "$want" >"$stamp"
+  fi
+}
+
+lint() {
+  echo "== yamllint"; yamllint .
+  echo "== ansible-lint (production profile)"; ansible-lint --offline -q
+}
+
+unit() {
+  echo "== pytest (unit and playbook-logic tests)"
+  python -m pytest -q tests
+}
+
+build() {
+  echo "== ansible-galaxy collection build, install, and run by FQCN from the artifact"
+  local out; out=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$out" . >/dev/null
+  printf '[defaults]\ncollections_path = %s/collections\n' "$out" >"$out/ansible.cfg"
+  ANSIBLE_CONFIG="$out/ansible.cfg" ansible-galaxy collection install -p "$out/collections" "$out"/kvshare-dynamo-*.tar.gz >/dev/null
+  for playbook in site verify teardown; do
+    (cd "$out" && ANSIBLE_CONFIG="$out/ansible.cfg" \
+       ansible-playbook -i "$REPO/inventories/sandbox" "kvshare.dynamo.$playbook" --syntax-check >/dev/null)
+  done
+  echo "   $(basename "$out"/kvshare-dynamo-*.tar.gz): $(tar -tzf "$out"/kvshare-dynamo-*.tar.gz | wc -l) files; kvshare.dynamo.site resolves from it"
+  rm -rf "$out"
+}
+
+molecule_test() {
+  echo "== molecule test (sandbox hosts: create, converge, idempotence, verify, destroy)"
+  molecule test
+}
+
+sandbox() {
+  echo "== sandbox hosts"
+  ansible-playbook sandbox/create.yml
+  echo "== site.yml"
+  ansible-playbook site.yml
+  echo "== verify.yml"
+  ansible-playbook verify.yml
+}
+
+case "${1:-}" in
+  bootstrap) bootstrap ;;
+  sandbox) bootstrap; sandbox ;;
+  verify) ansible-playbook verify.yml ;;
+  destroy) ansible-playbook sandbox/destroy.yml ;;
+  lint) bootstrap; lint ;;
+  unit) bootstrap; unit ;;
+  build) bootstrap; build ;;
+  molecule) bootstrap; molecule_test ;;
+  test)
+    bootstrap
+    start=$(date +%s); results=()
+    for step in lint unit build molecule_test; do
+      t0=$(date +%s)
+      if "$step"; then results+=("PASS $step ($(( $(date +%s) - t0 )) s)")
+      else results+=("FAIL $step ($(( $(date +%s) - t0 )) s)"); printf '%s\n' "${results[@]}"; exit 1; fi
+    done
+    echo "== summary ($(( $(date +%s) - start )) s)"; printf '%s\n' "${results[@]}"
+    ;;
+  *) sed -n '2,6p' "$0"; exit 2 ;;
+esac
