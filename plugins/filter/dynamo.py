@@ -136,6 +136,19 @@ def kv_share_table(reports):
     return ["  ".join(str(c).ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
 
 
+def ready_summary(results):
+    """One line per worker from dynamo_workers_ready's `workers` result."""
+    lines = []
+    for res in results or []:
+        if res.get("ready"):
+            lines.append("%s: registered after %.1f s, ready after %.1f s, instance %s" % (
+                res.get("name"), res.get("registered_after_s") or 0.0, res.get("ready_after_s") or 0.0,
+                res.get("instance_id_str")))
+        else:
+            lines.append("%s: NOT READY (%s)" % (res.get("name"), res.get("last_error") or res.get("last_probe")))
+    return lines
+
+
 class FilterModule:
     """kvshare.dynamo Dynamo filters."""
 
@@ -150,4 +163,5 @@ class FilterModule:
             "worker_probe_targets": worker_probe_targets,
             "kv_share_pairs": kv_share_pairs,
             "kv_share_table": kv_share_table,
+            "ready_summary": ready_summary,
         }

@@ -72,3 +72,32 @@ def test_stopped_etcd_member_keeps_cluster_serving_and_rejoins_as_existing(hosts
     journal = hosts[last].check_output(
         "journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value etcd)")
     assert '"restarting local member"' in journal and '"starting local member"' not in journal, journal[-2000:]
+
+
+def test_config_change_restarts_members_one_at_a_time_after_a_snapshot(hosts):
+    members = group("etcd")
+
+    def started(member):
+        return int(hosts[member].check_output("systemctl show -p ActiveEnterTimestampMonotonic --value etcd"))
+
+    def snapshots(member):
+        return set(hosts[member].check_output("ls /var/backups/etcd 2>/dev/null || true").split())
+
+    before = {m: (started(m), snapshots(m)) for m in members}
+    try:
+        res = ansible_playbook("playbooks/etcd.yml", "-e", "etcd_heartbeat_interval_ms=150")
+        assert res.returncode == 0, res.stdout[-3000:]
+        after = {m: started(m) for m in members}
+        for m in members:
+            assert after[m] > before[m][0], "%s was not restarted" % m
+            assert snapshots(m) - before[m][1], "%s was restarted without a snapshot first" % m
+            assert "ETCD_HEARTBEAT_INTERVAL=150" in hosts[m].file("/etc/etcd/etcd.env").content_string
+        # One at a time: each restart begins only after the previous member is healthy again.
+        order = sorted(members, key=lambda m: after[m])
+        gaps = [(after[b] - after[a]) / 1e6 for a, b in zip(order, order[1:])]
+        assert all(g > 0.3 for g in gaps), gaps
+        out = hosts[members[0]].check_output(ETCDCTL + "endpoint health --cluster 2>&1")
+        assert out.count("is healthy") == len(members), out
+    finally:
+        res = ansible_playbook("playbooks/etcd.yml")
+        assert res.returncode == 0, res.stdout[-3000:]

@@ -168,3 +168,11 @@ def test_named_pairs_and_unknown_names():
     assert pair["a"]["worker"]["name"] == "b"
     with pytest.raises(ValueError, match="unknown workers"):
         w.share_pairs(hosts, [{"a": "h1/a", "b": "h9/z"}])
+
+
+def test_ready_summary_lines():
+    lines = f.ready_summary([{"name": "a", "ready": True, "registered_after_s": 20.04, "ready_after_s": 20.1,
+                              "instance_id_str": "7669808465864704572"},
+                             {"name": "b", "ready": False, "last_error": "not registered"}])
+    assert lines == ["a: registered after 20.0 s, ready after 20.1 s, instance 7669808465864704572",
+                     "b: NOT READY (not registered)"]
