@@ -11,7 +11,8 @@ import pytest
 import testinfra
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-INVENTORY = os.path.join(REPO, "inventories", "sandbox")
+# Another copy of the sandbox (other addresses and container names) can be tested with KVSHARE_INVENTORY.
+INVENTORY = os.environ.get("KVSHARE_INVENTORY", os.path.join(REPO, "inventories", "sandbox"))
 SANDBOX_DIR = os.environ.get("KVSHARE_SANDBOX_DIR", "/var/tmp/kvshare-sandbox")
 BIN = os.path.dirname(sys.executable)
 
