@@ -1,0 +1,273 @@
+"""module_utils.kvcr: identity, cross-host checks, rendered config, Guard-recovery metrics, host helpers."""
+import os
+import re
+import signal
+
+import pytest
+
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "kvcr")
+PREFIX = "01010101010101010101010101010101:02020202020202020202020202020202/0303030303030303"
+# ai-dynamo 1.6.1 dynamo/vllm/state_agent.py _CACHE_OWNER_PATTERN
+DYNAMO_OWNER_RE = re.compile(r"^(?P<domain>[0-9a-f]{32}:[0-9a-f]{32})/[0-9a-f]{16}/[0-9a-f]{32}$")
+
+
+def fixture(name):
+    with open(os.path.join(FIX, name)) as handle:
+        return handle.read()
+
+
+# ---------------------------------------------------------------- identity
+
+def test_owner_id_matches_seed_and_dynamo_pattern():
+    assert kvcr.cache_owner_id(0, 2, PREFIX) == PREFIX + "/" + "0" * 32
+    assert kvcr.cache_owner_id("1", 2, PREFIX).endswith("/" + "0" * 31 + "1")
+    assert kvcr.cache_owner_id(17, 32, PREFIX).endswith("/%032x" % 17)
+    assert DYNAMO_OWNER_RE.match(kvcr.cache_owner_id(1, 2, PREFIX))
+
+
+@pytest.mark.parametrize("slot,count,msg", [
+    (2, 2, "outside [0, 2)"), (-1, 2, "decimal integer"), ("", 2, "decimal integer"), (True, 2, "decimal integer"),
+    ("1.0", 2, "decimal integer"), (0, 0, "positive"), (0, "x", "positive"),
+])
+def test_owner_id_refuses_bad_slots(slot, count, msg):
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        kvcr.cache_owner_id(slot, count, PREFIX)
+
+
+def test_owner_id_refuses_bad_prefix():
+    with pytest.raises(ValueError, match="prefix"):
+        kvcr.cache_owner_id(0, 2, "0101:0202/03")
+
+
+@pytest.mark.parametrize("host,bad", [
+    ("10.0.1.11", False), ("gpu-a.example", False), ("[fd00::1]", False),
+    ("127.0.40.1", True), ("0.0.0.0", True), ("localhost", True), ("*", True), ("10.0.1.11:80", True),
+    ("tcp://10.0.1.11", True), ("[::1]", True), ("", True),
+])
+def test_advertise_host(host, bad):
+    assert (kvcr.advertise_host_error(host) is not None) is bad
+
+
+# ---------------------------------------------------------------- cross-host checks
+
+def good_settings(**kw):
+    settings = {"variant": "memory_service", "slot_count": 2, "compatibility_digest": "qwen3-0.6b-example-v1",
+                "require_two_nodes": True, "router_modes": {"gpu-a": "kv"}, "discovery_backend": "etcd"}
+    settings.update(kw)
+    return settings
+
+
+def members(*specs):
+    return [{"host": h, "address": a, "slot": s, "kvcr_workers": ["kvcr"]} for h, a, s in specs]
+
+
+GOOD = members(("gpu-a", "10.0.1.11", 0), ("gpu-b", "10.0.1.12", 1))
+
+
+def test_good_deployment():
+    assert kvcr.deployment_errors(GOOD, good_settings()) == []
+    assert kvcr.deployment_errors(GOOD, good_settings(variant="process_local", compatibility_digest="")) == []
+
+
+def test_duplicate_slot():
+    errs = kvcr.deployment_errors(members(("gpu-a", "10.0.1.11", 0), ("gpu-b", "10.0.1.12", 0)), good_settings())
+    assert errs == ["kvcr_cache_slot 0 on gpu-b is already used by gpu-a: cache owner ids must be unique"]
+
+
+def test_out_of_range_and_missing_slots():
+    errs = kvcr.deployment_errors(members(("gpu-a", "10.0.1.11", 2), ("gpu-b", "10.0.1.12", None)), good_settings())
+    assert "kvcr_cache_slot 2 on gpu-a is outside [0, 2) (kvcr_cache_slot_count)" in errs
+    assert any(e.startswith("kvcr_cache_slot on gpu-b must be a non-negative integer") for e in errs)
+
+
+def test_both_workers_on_one_machine():
+    errs = kvcr.deployment_errors(members(("gpu-a", "10.0.1.11", 0), ("gpu-a2", "10.0.1.11", 1)), good_settings())
+    assert any("gpu-a, gpu-a2 are one machine (10.0.1.11)" in e for e in errs)
+    assert any("at least two nodes" in e for e in errs)
+    # allowed when the variant does not require two nodes
+    assert kvcr.deployment_errors(members(("gpu-a", "10.0.1.11", 0), ("gpu-a2", "10.0.1.11", 1)),
+                                  good_settings(require_two_nodes=False)) == []
+
+
+def test_single_host_refused_and_two_workers_on_a_host():
+    errs = kvcr.deployment_errors(members(("gpu-a", "10.0.1.11", 0)), good_settings())
+    assert any("at least two nodes" in e for e in errs)
+    two = [{"host": "gpu-a", "address": "a", "slot": 0, "kvcr_workers": ["k0", "k1"]},
+           {"host": "gpu-b", "address": "b", "slot": 1, "kvcr_workers": ["kvcr"]}]
+    assert any("exactly one worker must be bound to KVCR" in e for e in kvcr.deployment_errors(two, good_settings()))
+
+
+def test_digest_and_router_mode_and_variant():
+    assert any("kvcr_compatibility_digest is required" in e
+               for e in kvcr.deployment_errors(GOOD, good_settings(compatibility_digest="")))
+    assert any("may only contain" in e for e in kvcr.deployment_errors(GOOD, good_settings(compatibility_digest="a b")))
+    errs = kvcr.deployment_errors(GOOD, good_settings(router_modes={"gpu-a": "direct"}))
+    assert any("dynamo_frontend_router_mode on gpu-a is 'direct'" in e for e in errs)
+    assert any("no frontend" in e for e in kvcr.deployment_errors(GOOD, good_settings(router_modes={})))
+    assert any("kvcr_variant must be one of" in e for e in kvcr.deployment_errors(GOOD, good_settings(variant="x")))
+    assert any("etcd discovery" in e for e in kvcr.deployment_errors(GOOD, good_settings(discovery_backend="file")))
+    assert any("3 KVCR workers" in e for e in kvcr.deployment_errors(
+        members(("a", "1", 0), ("b", "2", 1), ("c", "3", 1)), good_settings()))
+
+
+# ---------------------------------------------------------------- rendered config
+
+OPTS = {"owner_prefix": PREFIX, "cpu_bytes": 2147483648, "control_port": 23280, "socket_path": "/run/kvcr/memory.sock",
+        "compatibility_digest": "qwen3-0.6b-example-v1", "secondary_g2_slots": 1024, "enable_telemetry": True}
+
+
+def test_memory_service_config_matches_seed_shape():
+    cfg = kvcr.kv_transfer_config("memory_service", 1, 2, "10.0.1.12", OPTS)
+    assert cfg["kv_connector"] == "OffloadingConnector" and cfg["kv_role"] == "kv_both"
+    extra = cfg["kv_connector_extra_config"]
+    assert extra["spec_name"] == "TieringOffloadingSpec" and extra["self_describing_kv_events"] is True
+    assert extra["cpu_bytes_to_use"] == 2147483648
+    assert extra["dynamo_state_agent"] == {"raw_advertise_host": "10.0.1.12",
+                                           "cache_owner_ids": {"0": PREFIX + "/" + "0" * 31 + "1"}}
+    assert extra["secondary_tiers"] == [{
+        "type": "kvcr", "kvcr_service_socket_path": "/run/kvcr/memory.sock",
+        "compatibility_digest": "qwen3-0.6b-example-v1", "router_capabilities": ["router_hint"],
+        "control_host": "10.0.1.12", "control_ports": [23280], "control_advertise_host": "10.0.1.12",
+        "enable_telemetry": True}]
+
+
+def test_process_local_config():
+    tier = kvcr.kv_transfer_config("process_local", 0, 2, "10.0.1.11", OPTS)["kv_connector_extra_config"]["secondary_tiers"][0]
+    # vLLM 0.31.0 tiering/kvcr: socket path and digest come together or not at all
+    assert "kvcr_service_socket_path" not in tier and "compatibility_digest" not in tier
+    assert tier["secondary_g2_slots"] == 1024
+
+
+def test_config_refuses_bad_slot_and_variant():
+    with pytest.raises(ValueError, match="outside"):
+        kvcr.kv_transfer_config("memory_service", 5, 2, "10.0.1.12", OPTS)
+    with pytest.raises(ValueError, match="unknown KVCR variant"):
+        kvcr.kv_transfer_config("sidecar", 0, 2, "10.0.1.12", OPTS)
+
+
+def test_worker_env_and_service_argv():
+    assert kvcr.worker_env(1, 2, 0) == {"KVCR_CACHE_SLOT": "1", "KVCR_CACHE_SLOT_COUNT": "2", "PYTHONHASHSEED": "0"}
+    assert kvcr.worker_env(0, 2, 0, True)["UCX_PROTO_INFO"] == "y"
+    argv = kvcr.service_argv("/opt/v/bin/python", {"socket_path": "/run/kvcr/memory.sock", "pool_dir": "/dev/shm/kvcr",
+                                                   "guard_count": 1, "pool_sizes_gb": [2, 0.5], "compatibility_digest": "d",
+                                                   "heartbeat_timeout_ms": 0, "log_level": "info"})
+    assert argv == ["/opt/v/bin/python", "-m", "kvcr.kvcr_service", "--socket-path", "/run/kvcr/memory.sock",
+                    "--pool-dir", "/dev/shm/kvcr", "--guard-count", "1", "--pool-sizes-gb", "2,0.5",
+                    "--compatibility-digest", "d", "--log-level", "INFO"]
+    assert "--heartbeat-timeout-ms" in kvcr.service_argv("p", {"socket_path": "s", "pool_dir": "d", "pool_sizes_gb": "1",
+                                                              "compatibility_digest": "x", "heartbeat_timeout_ms": 1500})
+
+
+def test_worker_errors():
+    cfg = kvcr.kv_transfer_config("memory_service", 0, 2, "10.0.1.11", OPTS)
+    good = {"name": "kvcr", "engine": "vllm", "gpus": ["0"], "kv_transfer_config": cfg,
+            "extra_args": ["--kv-events-config", "{}"]}
+    assert kvcr.worker_errors(good, cfg, "memory_service") == []
+    bad = dict(good, prefix_caching=False, gpus=[], kv_transfer_config={"kv_connector": "X"}, extra_args=[])
+    assert len(kvcr.worker_errors(bad, cfg, "memory_service")) == 4
+    mock = {"name": "kvcr", "engine": "mocker"}
+    assert kvcr.worker_errors(mock, cfg, "memory_service", require_hardware=False) == []
+    assert "engine must be vllm" in kvcr.worker_errors(mock, cfg, "memory_service")[0]
+
+
+# ---------------------------------------------------------------- Guard-recovery metrics
+
+def test_counters_on_fixture_and_absent():
+    c = kvcr.counters(fixture("metrics_a_1.txt"))
+    assert c["local_fill"] == 100.0 and c["tier_write_bytes"] == 183500800.0 and c["remote_deliver"] == 0.0
+    plain = kvcr.counters(fixture("metrics_plain.txt"))
+    assert plain["local_fill"] is None and plain["tier_read_bytes"] is None
+    assert plain["external_tokens"] is not None
+
+
+def seed_deltas():
+    return {"gpu-a": kvcr.deltas(fixture("metrics_a_0.txt"), fixture("metrics_a_1.txt")),
+            "gpu-b": kvcr.deltas(fixture("metrics_b_0.txt"), fixture("metrics_b_1.txt"))}
+
+
+def test_identify_source_and_target():
+    source, target, errors = kvcr.identify_source(seed_deltas())
+    assert (source, target, errors) == ("gpu-a", "gpu-b", [])
+
+
+def test_identify_source_refuses_ambiguous_pictures():
+    d = seed_deltas()
+    none = {"gpu-a": d["gpu-b"], "gpu-b": d["gpu-b"]}
+    assert "found 0 (none)" in kvcr.identify_source(none)[2][0]
+    both = {"gpu-a": d["gpu-a"], "gpu-b": d["gpu-a"]}
+    assert "found 2" in kvcr.identify_source(both)[2][0]
+    seeded_target = {"gpu-a": d["gpu-a"], "gpu-b": dict(d["gpu-b"], local_fill=3.0)}
+    assert "seeded by the first request too" in kvcr.identify_source(seeded_target)[2][0]
+    plain = {"gpu-a": kvcr.deltas(fixture("metrics_plain.txt"), fixture("metrics_plain.txt")), "gpu-b": d["gpu-b"]}
+    assert plain["gpu-a"]["missing"] == ["local_fill", "remote_deliver", "tier_write_bytes", "tier_read_bytes"]
+    assert kvcr.identify_source(plain)[0] is None
+
+
+def test_recovery_verdict():
+    target = kvcr.deltas(fixture("metrics_b_1.txt"), fixture("metrics_b_2.txt"))
+    assert target["remote_deliver"] == 100.0 and target["tier_read_bytes"] == 183500800.0
+    assert target["external_tokens"] == 6400.0 and not target["reset"]
+    assert kvcr.recovery_errors("Yes.", "Yes.", target) == []
+    errs = kvcr.recovery_errors("Yes.", "No.", dict(target, remote_deliver=0.0, tier_read_bytes=None))
+    assert len(errs) == 3 and "differs" in errs[0] and "is 0 on the target" in errs[1] and "absent" in errs[2]
+    # a restarted target (counters went down) is not a recovery
+    reset = kvcr.deltas(fixture("metrics_b_2.txt"), fixture("metrics_b_0.txt"))
+    assert reset["reset"] and any("restarted" in e for e in kvcr.recovery_errors("a", "a", reset))
+
+
+def test_rdma_errors():
+    assert kvcr.rdma_errors(200000000, 190000000, 183500800) == []
+    errs = kvcr.rdma_errors(1000, None, 183500800)
+    assert "transmit bytes 1000 do not cover" in errs[0] and "unreadable" in errs[1]
+    assert "no KVCR payload" in kvcr.rdma_errors(1, 1, 0)[0]
+
+
+# ---------------------------------------------------------------- host helpers
+
+def make_ib(root, dev, port, xmit, rcv):
+    d = root / "sys/class/infiniband" / dev / "ports" / str(port) / "counters"
+    d.mkdir(parents=True)
+    (d / "port_xmit_data").write_text("%d\n" % xmit)
+    (d / "port_rcv_data").write_text("%d\n" % rcv)
+
+
+def test_rdma_counters_fake_sysfs(tmp_path):
+    make_ib(tmp_path, "mlx5_0", 1, 10, 20)
+    make_ib(tmp_path, "mlx5_3", 1, 1000, 2000)
+    all_ports = kvcr.rdma_counters(str(tmp_path))
+    assert all_ports["xmit_bytes"] == 4040 and all_ports["rcv_bytes"] == 8080 and len(all_ports["ports"]) == 2
+    one = kvcr.rdma_counters(str(tmp_path), kvcr.parse_ucx_devices("mlx5_3:1"))
+    assert (one["xmit_bytes"], one["rcv_bytes"]) == (4000, 8000)
+    missing = kvcr.rdma_counters(str(tmp_path), [("mlx5_9", "1")])
+    assert missing["xmit_bytes"] is None and "mlx5_9:1" in missing["errors"][0]
+    assert kvcr.rdma_counters(str(tmp_path / "nothing"))["errors"] == [
+        "no RDMA device under %s" % (tmp_path / "nothing/sys/class/infiniband")]
+    assert kvcr.parse_ucx_devices("mlx5_3:1, mlx5_4") == [("mlx5_3", "1"), ("mlx5_4", "1")]
+
+
+def test_engine_pids_in_unit_cgroup_only(tmp_path):
+    cg = tmp_path / "cg/system.slice/dynamo-worker@kvcr.service"
+    (cg / "child").mkdir(parents=True)
+    (cg / "cgroup.procs").write_text("100\n101\n")
+    (cg / "child" / "cgroup.procs").write_text("102\n")
+    proc = tmp_path / "proc"
+    for pid, cmd, comm in ((100, b"python3\0-m\0dynamo.vllm\0", "python3"), (101, b"VLLM::EngineCore\0", "VLLM::EngineCor"),
+                           (102, b"", "VLLM::EngineCore"), (200, b"VLLM::EngineCore\0", "x")):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cmdline").write_bytes(cmd)
+        (proc / str(pid) / "comm").write_text(comm + "\n")
+    found = kvcr.engine_pids(str(cg), proc_root=str(proc))
+    assert found == [(101, "VLLM::EngineCore"), (102, "VLLM::EngineCore")]  # pid 200 is another unit's
+
+
+def test_kill_pids():
+    sent = []
+
+    def fake_kill(pid, sig):
+        if pid == 2:
+            raise ProcessLookupError
+        sent.append((pid, sig))
+    assert kvcr.kill_pids([1, 2], kill=fake_kill) == ([1], [2])
+    assert sent == [(1, signal.SIGKILL)]

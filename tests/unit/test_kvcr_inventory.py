@@ -1,0 +1,213 @@
+"""inventories/two_node_kvcr: the validation play passes, bad input fails in it, and the KVCR units render.
+
+The inventory is copied to pytest's tmp dir and its two hosts are run with `connection: local`
+(nothing is installed or started; the render play only writes templates into tmp). Real hosts are
+not reachable here: this runs the same preflight tasks and templates the real hosts would run.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+INVENTORY = os.path.join(REPO, "inventories", "two_node_kvcr")
+ROLE = os.path.join(REPO, "roles", "kvcr")
+BIN = os.path.dirname(sys.executable)
+
+pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ansible-playbook")),
+                                reason="ansible-playbook not in the venv")
+
+
+def inventory_copy(tmp_path, host_vars=None, group_vars=None):
+    inv = tmp_path / "inv"
+    shutil.copytree(INVENTORY, inv)
+    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump({
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}))
+    for host, changes in (host_vars or {}).items():
+        path = inv / "host_vars" / ("%s.yml" % host)
+        data = yaml.safe_load(path.read_text())
+        data.update(changes)
+        path.write_text(yaml.safe_dump(data))
+    for group, changes in (group_vars or {}).items():
+        path = inv / "group_vars" / ("%s.yml" % group)
+        data = yaml.safe_load(path.read_text()) if path.exists() else {}
+        data.update(changes)
+        path.write_text(yaml.safe_dump(data))
+    return inv
+
+
+def playbook(tmp_path, inv, play, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+               ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.default")
+    cmd = [os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play)] + list(extra)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_syntax_check_site():
+    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY, "site.yml", "--syntax-check"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg")))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_validation_passes(tmp_path):
+    proc = playbook(tmp_path, inventory_copy(tmp_path), os.path.join(REPO, "playbooks", "validate.yml"))
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    assert re.search(r"gpu-a\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
+    assert re.search(r"gpu-b\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
+
+
+BAD = {
+    "duplicate_slot": ({"host_vars": {"gpu-b": {"kvcr_cache_slot": 0}}},
+                       "kvcr_cache_slot 0 on gpu-b is already used by gpu-a"),
+    "out_of_range_slot": ({"host_vars": {"gpu-b": {"kvcr_cache_slot": 2}}},
+                          "kvcr_cache_slot 2 on gpu-b is outside [0, 2)"),
+    "both_on_one_host": ({"host_vars": {"gpu-b": {"ansible_host": "10.0.1.11", "kvshare_bind_address": "10.0.1.11"}}},
+                         "KVCR hosts gpu-a, gpu-b are one machine (10.0.1.11)"),
+    "missing_digest": ({"group_vars": {"kvcr": {"kvcr_compatibility_digest": ""}}},
+                       "kvcr_compatibility_digest is required with kvcr_variant=memory_service"),
+    "router_not_kv": ({"group_vars": {"dynamo_frontend": {"dynamo_frontend_router_mode": "direct"}}},
+                      "dynamo_frontend_router_mode on gpu-a is 'direct'"),
+    "loopback_advertise": ({"host_vars": {"gpu-b": {"kvshare_bind_address": "127.0.0.1"}}},
+                           "kvcr_advertise_host: must not be loopback"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_input_fails_in_validation(tmp_path, case):
+    changes, message = BAD[case]
+    proc = playbook(tmp_path, inventory_copy(tmp_path, **changes), os.path.join(REPO, "playbooks", "validate.yml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-4000:]
+    assert message in out, out[-4000:]
+    # validate.yml is read-only and the first play of site.yml (any_errors_fatal): nothing changed
+    assert not re.search(r"changed=[1-9]", proc.stdout)
+
+
+RENDER = """
+- name: Render the KVCR units of both hosts into tmp (templates only)
+  hosts: kvcr
+  gather_facts: false
+  vars:
+    out: "{{ render_dir }}/{{ inventory_hostname }}"
+  tasks:
+    - name: Export the etcd client settings
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.etcd_client
+        tasks_from: preflight.yml
+    - name: Validate and export (role defaults made visible to this play)
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.kvcr
+        tasks_from: preflight.yml
+        public: true
+    - name: Create the output directory
+      ansible.builtin.file:
+        path: "{{ out }}"
+        state: directory
+        mode: "0755"
+      delegate_to: localhost
+    - name: Render
+      ansible.builtin.template:
+        src: "%(role)s/templates/{{ item.src }}"
+        dest: "{{ out }}/{{ item.dest }}"
+        mode: "0644"
+      loop:
+        - {src: kvcr-service.service.j2, dest: kvcr-service.service}
+        - {src: service.env.j2, dest: kvcr-service.env}
+        - {src: kvcr-state-agent.service.j2, dest: kvcr-state-agent.service}
+        - {src: state-agent.env.j2, dest: kvcr-state-agent.env}
+        - {src: worker-kvcr.conf.j2, dest: 20-kvcr.conf}
+        - {src: tmpfiles.conf.j2, dest: tmpfiles.conf}
+      delegate_to: localhost
+    - name: Dump the exported worker settings
+      ansible.builtin.copy:
+        content: "{{ {'kv': kvcr_worker_kv_transfer_config, 'env': kvcr_worker_env, 'args': kvcr_worker_extra_args,
+          'workers': dynamo_workers} | to_json }}"
+        dest: "{{ out }}/worker.json"
+        mode: "0644"
+      delegate_to: localhost
+""" % {"role": ROLE}
+
+
+def render(tmp_path, **changes):
+    inv = inventory_copy(tmp_path, **changes)
+    play = tmp_path / "render.yml"
+    play.write_text(RENDER)
+    out = tmp_path / "out"
+    proc = playbook(tmp_path, inv, play, "-e", "render_dir=%s" % out,
+                    "-e", "dynamo_runtime_venv=/opt/dynamo/venvs/current")
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+    return out
+
+
+def read(out, host, name):
+    return (out / host / name).read_text()
+
+
+def test_render_memory_service(tmp_path):
+    out = render(tmp_path)
+    svc = read(out, "gpu-a", "kvcr-service.service")
+    assert svc.startswith("#\n# Ansible managed")
+    assert ('ExecStart=/opt/dynamo/venvs/current/bin/python "-m" "kvcr.kvcr_service" "--socket-path" "/run/kvcr/memory.sock" '
+            '"--pool-dir" "/dev/shm/kvcr" "--guard-count" "1" "--pool-sizes-gb" "2" '
+            '"--compatibility-digest" "qwen3-0.6b-example-v1" "--log-level" "INFO"') in svc
+    assert ('ExecStartPost=/usr/bin/python3 "/usr/local/libexec/kvshare/kvcr-ready" "unix" "/run/kvcr/memory.sock" '
+            '"--timeout" "120"') in svc
+    assert "RuntimeDirectory=kvcr\n" in svc and "Restart=on-failure" in svc and "LimitMEMLOCK=infinity" in svc
+    assert "EnvironmentFile=-/etc/kvshare/ucx/gpu0.env" in svc
+    # the service depends on nothing of the worker's
+    assert "dynamo-worker" not in "\n".join(line for line in svc.splitlines() if not line.startswith("#"))
+    assert "PYTHONHASHSEED=0" in read(out, "gpu-a", "kvcr-service.env")
+    assert "UCX_PROTO_INFO=y" in read(out, "gpu-b", "kvcr-service.env")
+
+    bond_a, bond_b = read(out, "gpu-a", "20-kvcr.conf"), read(out, "gpu-b", "20-kvcr.conf")
+    for bond in (bond_a, bond_b):
+        assert "BindsTo=kvcr-service.service\nAfter=kvcr-service.service" in bond
+        assert '"unix" "/run/kvcr/memory.sock" "--timeout" "60"' in bond
+        assert "PartOf=" not in bond and "Requires=" not in bond
+    # the state agent is on the slot-0 host only
+    assert "Wants=kvcr-state-agent.service" in bond_a and "kvcr-state-agent" not in bond_b
+    assert '"http" "http://10.0.1.11:9091/live"' in bond_a
+
+    agent = read(out, "gpu-a", "kvcr-state-agent.service")
+    assert 'ExecStart=/opt/dynamo/venvs/current/bin/python "-m" "dynamo.kv_state_agent" "--max-slots" "2"' in agent
+    assert "UnsetEnvironment=NATS_SERVER DYN_CONNECTOR DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS" in agent
+    assert "EnvironmentFile=/etc/kvshare/etcd/client.env" in agent
+    env = read(out, "gpu-a", "kvcr-state-agent.env")
+    for line in ("DYN_SYSTEM_PORT=9091", "DYN_SYSTEM_HOST=10.0.1.11", "DYN_DISCOVERY_BACKEND=etcd",
+                 "DYN_COMPONENT=kv_state_agent", "DYN_HEALTH_CHECK_ENABLED=false", "DYN_NAMESPACE=dynamo"):
+        assert line + "\n" in env
+    assert "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS" not in env.split("\n", 4)[-1]
+    assert "d /dev/shm/kvcr 0700 dynamo dynamo -" in read(out, "gpu-a", "tmpfiles.conf")
+
+    wa = json.loads(read(out, "gpu-a", "worker.json"))
+    wb = json.loads(read(out, "gpu-b", "worker.json"))
+    owner_a = wa["kv"]["kv_connector_extra_config"]["dynamo_state_agent"]["cache_owner_ids"]["0"]
+    owner_b = wb["kv"]["kv_connector_extra_config"]["dynamo_state_agent"]["cache_owner_ids"]["0"]
+    assert owner_a.endswith("/" + "0" * 32) and owner_b.endswith("/" + "0" * 31 + "1")
+    assert wb["env"] == {"KVCR_CACHE_SLOT": "1", "KVCR_CACHE_SLOT_COUNT": "2", "PYTHONHASHSEED": "0", "UCX_PROTO_INFO": "y"}
+    assert wa["env"]["PYTHONHASHSEED"] == wb["env"]["PYTHONHASHSEED"]
+    tier = wb["kv"]["kv_connector_extra_config"]["secondary_tiers"][0]
+    assert tier["kvcr_service_socket_path"] == "/run/kvcr/memory.sock" and tier["control_advertise_host"] == "10.0.1.12"
+    # the worker list hands the exported settings to the dynamo_worker role unchanged
+    worker = wb["workers"][0]
+    assert worker["kv_transfer_config"] == wb["kv"] and worker["env"] == wb["env"]
+    assert worker["extra_args"][:2] == ["--kv-events-config",
+                                        '{"enable_kv_cache_events":true,"endpoint":"tcp://*:23080","publisher":"zmq",'
+                                        '"topic":"kv-events"}']
+
+
+def test_render_process_local(tmp_path):
+    out = render(tmp_path, group_vars={"kvcr": {"kvcr_variant": "process_local", "kvcr_compatibility_digest": ""}})
+    bond_a, bond_b = read(out, "gpu-a", "20-kvcr.conf"), read(out, "gpu-b", "20-kvcr.conf")
+    assert "BindsTo" not in bond_a and "memory.sock" not in bond_a
+    assert "Wants=kvcr-state-agent.service\nAfter=kvcr-state-agent.service" in bond_a
+    assert "ExecStartPre" not in bond_b
+    tier = json.loads(read(out, "gpu-a", "worker.json"))["kv"]["kv_connector_extra_config"]["secondary_tiers"][0]
+    assert tier["secondary_g2_slots"] == 1024 and "kvcr_service_socket_path" not in tier
