@@ -2,7 +2,7 @@
 # Developer entry point for kvshare.dynamo (run as root on Debian 12).
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
 #   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule
-# Other targets: bootstrap, lint, unit, build, molecule, verify, destroy.
+# Other targets: bootstrap, lint, unit, build, molecule, verify, faults, destroy.
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$PWD
@@ -63,6 +63,18 @@ molecule_test() {
   molecule test
 }
 
+faults() {
+  # Its own copy of the sandbox (127.0.11.N, containers kvshare-f-sb1..3, own kvpool and PKI under
+  # KVSHARE_FAULTS_DIR): created, rolled out, put through every fault, then removed. Prints the
+  # table of cases and recovery times; reports/faults.json keeps it.
+  echo "== fault suite (tests/faults) on a sandbox copy"
+  local dir=${KVSHARE_FAULTS_DIR:-/var/tmp/kvshare-sandbox-f} rc=0
+  KVSHARE_FAULTS=1 KVSHARE_FAULTS_DESTROY=1 KVSHARE_FAULTS_DIR=$dir \
+    python -m pytest -v -p no:cacheprovider tests/faults "$@" || rc=$?
+  case "$dir" in /var/tmp/kvshare-sandbox-*) rm -rf "$dir" ;; esac
+  return $rc
+}
+
 sandbox() {
   echo "== sandbox hosts"
   ansible-playbook sandbox/create.yml
@@ -76,6 +88,7 @@ case "${1:-}" in
   bootstrap) bootstrap ;;
   sandbox) bootstrap; sandbox ;;
   verify) ansible-playbook verify.yml ;;
+  faults) bootstrap; faults "${@:2}" ;;
   destroy) ansible-playbook sandbox/destroy.yml ;;
   lint) bootstrap; lint ;;
   unit) bootstrap; unit ;;

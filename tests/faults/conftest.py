@@ -1,0 +1,94 @@
+"""Fault suite session: the sandbox copy up and rolled out, results table and reports/faults.json.
+
+Needs podman and root: skipped unless KVSHARE_FAULTS=1 (`./dev.sh faults` sets it).
+  KVSHARE_FAULTS_REUSE=1    reuse the copy's running hosts (no create.yml/site.yml at start)
+  KVSHARE_FAULTS_DESTROY=1  remove the copy's hosts at the end
+"""
+import json
+import os
+import sys
+import time
+
+import pytest
+
+ENABLED = os.environ.get("KVSHARE_FAULTS") == "1"
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPORT = os.path.join(HERE, "..", "..", "reports", "faults.json")
+RESULTS = {}
+
+if not ENABLED:
+    collect_ignore_glob = ["test_*.py"]
+else:
+    sys.path.insert(0, HERE)
+
+
+def pytest_report_header(config):
+    if not ENABLED:
+        return "fault suite (tests/faults): skipped, set KVSHARE_FAULTS=1 to run it (needs podman, root)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def stack():
+    """The copy's hosts created and rolled out; yields the "nothing lost" baseline."""
+    import faultlib as F
+    t0 = time.monotonic()
+    if os.environ.get("KVSHARE_FAULTS_REUSE") != "1":
+        res, _ = F.playbook("sandbox/create.yml")
+        assert res.returncode == 0, "sandbox/create.yml failed:\n" + res.stdout[-4000:]
+        res, _ = F.playbook("site.yml")
+        assert res.returncode == 0, "site.yml failed:\n" + res.stdout[-4000:]
+    F.wait_all_serving(timeout=300)
+    RESULTS["_setup"] = {"seconds": round(time.monotonic() - t0, 1)}
+    yield F.baseline()
+    if os.environ.get("KVSHARE_FAULTS_DESTROY") == "1":
+        F.playbook("sandbox/destroy.yml")
+
+
+@pytest.fixture
+def record(request):
+    """Per-case record: the test sets recovery_s (and note); outcome is added by the report hook."""
+    entry = {"case": request.node.name, "doc": (request.node.function.__doc__ or "").strip().split("\n")[0],
+             "recovery_s": None, "note": ""}
+    RESULTS[request.node.nodeid] = entry
+    start = time.monotonic()
+    yield entry
+    entry["wall_s"] = round(time.monotonic() - start, 1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    entry = RESULTS.get(item.nodeid)
+    if entry is None:
+        return
+    if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed") or (rep.when == "teardown" and rep.failed):
+        if hasattr(rep, "wasxfail"):
+            entry["result"] = "xpass" if rep.outcome == "passed" else "xfail"
+            entry["note"] = entry["note"] or rep.wasxfail
+        else:
+            entry["result"] = {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[rep.outcome]
+        if rep.failed:
+            entry["error"] = str(rep.longrepr)[-1500:]
+
+
+def pytest_terminal_summary(terminalreporter):
+    cases = [e for k, e in RESULTS.items() if not k.startswith("_")]
+    if not cases:
+        return
+    fmt = "%-44s %-6s %12s %8s  %s"
+    w = terminalreporter.write_line
+    w("")
+    w(fmt % ("case", "result", "recovery (s)", "wall (s)", "note"))
+    for e in cases:
+        rec = "-" if e.get("recovery_s") is None else "%.1f" % e["recovery_s"]
+        w(fmt % (e["case"][:44], e.get("result", "?"), rec, e.get("wall_s", "-"), e.get("note", "")[:90]))
+    faults = [e for e in cases if e["case"].startswith("test_fault")]
+    survived = sum(e.get("result") in ("pass", "xpass") for e in faults)
+    w("faults survived %d/%d" % (survived, len(faults)))
+    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
+    with open(REPORT, "w") as handle:
+        json.dump({"setup": RESULTS.get("_setup"), "cases": cases,
+                   "faults_survived": survived, "faults_total": len(faults)}, handle, indent=2)
+    w("report: %s" % os.path.relpath(REPORT))

@@ -1,0 +1,63 @@
+"""The fault suite's own copy of the sandbox inventory (other addresses, containers, pool and PKI).
+
+inventories/sandbox is copied into KVSHARE_FAULTS_DIR (default /var/tmp/kvshare-sandbox-f, outside
+the repository) with hosts on 127.0.11.N instead of 127.0.10.N, containers kvshare-f-sb1..3, its own
+kvpool directory, etcd PKI and Maru test-double artifacts. The wheelhouse, the model and the SSH key
+of the main sandbox (KVSHARE_SANDBOX_DIR) are reused read-only.
+
+    python tests/faults/sandbox_copy.py            # writes the copy, prints its inventory path
+"""
+import os
+import shutil
+import sys
+
+import yaml
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+FAULTS_DIR = os.environ.get("KVSHARE_FAULTS_DIR", "/var/tmp/kvshare-sandbox-f")
+SUBNET_FROM, SUBNET_TO = "127.0.10.", "127.0.11."
+CONTAINER_PREFIX = "kvshare-f-"
+
+
+def _update(path, changes):
+    with open(path) as handle:
+        data = yaml.safe_load(handle) or {}
+    data.update(changes)
+    with open(path, "w") as handle:
+        handle.write("---\n# Written by tests/faults/sandbox_copy.py from inventories/sandbox.\n")
+        yaml.safe_dump(data, handle, sort_keys=False, width=120)
+
+
+def make_copy(base=FAULTS_DIR):
+    """Write the copy under base/inventory (replacing an older one) and return its path."""
+    src = os.path.join(REPO, "inventories", "sandbox")
+    dest = os.path.join(base, "inventory")
+    shutil.rmtree(dest, ignore_errors=True)
+    shutil.copytree(src, dest)
+    hosts = os.path.join(dest, "hosts.yml")
+    with open(hosts) as handle:
+        text = handle.read()
+    assert SUBNET_FROM in text, "inventories/sandbox no longer uses %s*" % SUBNET_FROM
+    with open(hosts, "w") as handle:
+        handle.write(text.replace(SUBNET_FROM, SUBNET_TO))
+    gv = os.path.join(dest, "group_vars")
+    _update(os.path.join(gv, "all.yml"), {
+        "etcd_pki_dir": base + "/pki/{{ etcd_cluster_name | default('kvshare') }}",
+        "etcd_client_pki_dir": base + "/pki/{{ etcd_client_cluster_name | default('kvshare') }}",
+    })
+    with open(os.path.join(gv, "sandbox.yml")) as handle:
+        volumes = yaml.safe_load(handle)["sandbox_volumes"]
+    for vol in volumes:
+        if vol["path"] == "/srv/kvshare/kvpool":
+            vol["host_path"] = base + "/kvpool"
+    _update(os.path.join(gv, "sandbox.yml"), {
+        "sandbox_container_name": CONTAINER_PREFIX + "{{ inventory_hostname }}",
+        "sandbox_volumes": volumes,
+        "sandbox_maru_artifacts_dir": base + "/maru-artifacts",
+    })
+    _update(os.path.join(gv, "maru_pool.yml"), {"maru_pool_artifacts_dir": base + "/maru-artifacts"})
+    return dest
+
+
+if __name__ == "__main__":
+    print(make_copy(sys.argv[1] if len(sys.argv) > 1 else FAULTS_DIR))

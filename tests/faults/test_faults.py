@@ -1,0 +1,318 @@
+"""Fault suite: real faults on the sandbox copy (127.0.11.N, kvshare-f-sb1..3), each case with its
+own assertions, each ending with verify.yml passing again and nothing lost (etcd key, pool files,
+Maru RM secret, every worker serving). Recovery times land in the table and reports/faults.json."""
+import json
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+import faultlib as F
+
+VLLM = [(h, w) for h, w in F.workers() if w["engine"] == "vllm"]
+MOCK = [(h, w) for h, w in F.workers() if w["engine"] == "mocker"]
+
+
+def key(hostname, worker):
+    return "%s/%s" % (hostname, worker["name"])
+
+
+def finish(base):
+    F.verify()
+    F.assert_nothing_lost(base)
+
+
+def recap(stdout):
+    """{host: {ok, changed, failed, ...}} from the PLAY RECAP."""
+    out = {}
+    for line in stdout.split("PLAY RECAP", 1)[-1].splitlines():
+        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if m:
+            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return out
+
+
+def extra_vars_file(name, data):
+    path = os.path.join(F.FAULTS_DIR, name)
+    with open(path, "w") as handle:
+        json.dump(data, handle)
+    return "@" + path
+
+
+def test_fault_01_worker_kill9(stack, record):
+    """worker main process kill -9: restarted by systemd, re-registered under a new id, serving"""
+    hostname, worker = VLLM[0]
+    unit = "dynamo-worker@%s" % worker["name"]
+    old_ids = set(F.instance_of(hostname, worker))
+    assert old_ids, "%s not registered before the fault" % key(hostname, worker)
+    pid = int(F.sh(hostname, "systemctl show -p MainPID --value %s" % unit))
+    restarts = int(F.sh(hostname, "systemctl show -p NRestarts --value %s" % unit))
+    F.sh(hostname, "kill -9 %d" % pid)
+    t0 = time.monotonic()
+    new_id = F.wait_for(lambda: F.worker_serving(hostname, worker, exclude=old_ids), timeout=300,
+                        interval=F.POLL, what="%s serving under a new id" % worker["name"])
+    record["recovery_s"] = time.monotonic() - t0
+    assert new_id not in old_ids
+    assert int(F.sh(hostname, "systemctl show -p MainPID --value %s" % unit)) != pid
+    assert int(F.sh(hostname, "systemctl show -p NRestarts --value %s" % unit)) == restarts + 1
+    F.wait_for(lambda: set(F.instance_of(hostname, worker)) == {new_id}, timeout=60, interval=F.POLL,
+               what="the killed instance's registration to expire")
+    record["note"] = "id %x -> %x" % (sorted(old_ids)[0], new_id)
+    finish(stack)
+
+
+def test_fault_02_worker_never_registers(stack, record):
+    """a worker that never registers (bad model): one retry, then a failure naming it with its journal"""
+    hostname, bad = VLLM[-1]
+    # An existing directory that is no model: passes the preflight's path check, vLLM cannot load it.
+    bad_model = os.path.dirname(bad["model"].rstrip("/"))
+    per_host = {h: [dict(w, model=bad_model) if (h, w["name"]) == (hostname, bad["name"]) else w
+                    for w in F.HOSTVARS[h].get("dynamo_workers", [])] for h in F.group("dynamo_workers")}
+    ev = extra_vars_file("bad-model.json", {
+        "faults_workers": per_host,
+        "dynamo_workers": "{{ faults_workers[inventory_hostname] | default([]) }}",
+        "dynamo_worker_ready_timeout": 60})
+    others = {key(h, w) for h, w in F.workers() if (h, w["name"]) != (hostname, bad["name"])}
+    # Only the workers are rolled (`--tags dynamo_worker`: validation, then the worker role).
+    res, took = F.playbook("site.yml", "--tags", "dynamo_worker", "-e", ev)
+    try:
+        out = res.stdout
+        assert res.returncode != 0, out[-3000:]
+        unit = "dynamo-worker@%s.service" % bad["name"]
+        assert "worker %s (unit %s on %s) is not ready after one restart" % (bad["name"], unit, hostname) in out, out[-4000:]
+        assert "last journal lines:" in out
+        journal = out.split("last journal lines:", 1)[1][:6000]
+        assert re.search(r"Error|Traceback|error", journal), journal[:2000]
+        # The one automatic retry happened, for this worker only.
+        retry = out.split("Restart the late workers once", 1)[1].split("TASK [", 1)[0]
+        assert "(item=%s)" % bad["name"] in retry and "changed" in retry, retry
+        # The other workers stayed up.
+        assert F.serving_map(only=others) is not None, "another worker stopped serving"
+    finally:
+        t0 = time.monotonic()
+        res, _ = F.playbook("site.yml")
+    assert res.returncode == 0, res.stdout[-4000:]
+    F.wait_all_serving(timeout=300)
+    record["recovery_s"] = time.monotonic() - t0
+    record["note"] = "failed run %.0f s; restore = site.yml" % took
+    finish(stack)
+
+
+def test_fault_03_frontend_restart(stack, record):
+    """frontend stopped and restarted: every worker rediscovered"""
+    before = F.sh(F.FRONTEND, "systemctl show -p InvocationID --value dynamo-frontend").strip()
+    F.sh(F.FRONTEND, "systemctl stop dynamo-frontend")
+    assert F.unit_state(F.FRONTEND, "dynamo-frontend") == "inactive"
+    F.sh(F.FRONTEND, "systemctl start dynamo-frontend")
+    t0 = time.monotonic()
+    F.wait_all_serving(timeout=180)
+    record["recovery_s"] = time.monotonic() - t0
+    assert F.sh(F.FRONTEND, "systemctl show -p InvocationID --value dynamo-frontend").strip() != before
+    assert len(F.H.generate_instances()) == len(list(F.workers()))
+    finish(stack)
+
+
+def test_fault_04_one_etcd_member_down(stack, record):
+    """one etcd member of three stopped: the stack keeps serving; etcd.yml brings it back as existing"""
+    members = F.group("etcd")
+    first, down = members[0], members[-1]
+    ids_before = F.etcdctl(first, "member list -w simple | cut -d, -f1 | sort")
+    F.sh(down, "systemctl stop etcd")
+    try:
+        assert F.unit_state(down, "etcd") == "inactive"
+        F.etcdctl(first, "put kvshare/faults/while-down yes")
+        # Still serving with one member down: every worker answers, and a restarted frontend
+        # (a fresh discovery read) finds them all.
+        assert F.wait_all_serving(timeout=30) < 30
+        F.sh(F.FRONTEND, "systemctl restart dynamo-frontend")
+        F.wait_all_serving(timeout=120)
+    finally:
+        t0 = time.monotonic()
+        res, _ = F.playbook("playbooks/etcd.yml")
+    record["recovery_s"] = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert F.unit_state(down, "etcd") == "active"
+    assert F.etcdctl(first, "member list -w simple | cut -d, -f1 | sort") == ids_before
+    assert F.etcdctl(down, "get --print-value-only kvshare/faults/while-down").strip() == "yes"
+    journal = F.sh(down, "journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$(systemctl show -p InvocationID --value etcd)")
+    assert '"restarting local member"' in journal and '"starting local member"' not in journal, journal[-2000:]
+    record["note"] = "%s rejoined as existing (recovery = etcd.yml)" % down
+    finish(stack)
+
+
+def test_fault_05_etcd_cluster_restart(stack, record):
+    """whole etcd cluster down 15 s and restarted: Dynamo processes re-register, stack serves"""
+    members = F.group("etcd")
+    for m in members:
+        F.sh(m, "systemctl stop etcd")
+    time.sleep(15)  # longer than Dynamo's lease TTL: registrations must be renewed, not just kept
+    for m in members:
+        F.sh(m, "systemctl start --no-block etcd")
+    t0 = time.monotonic()
+    F.wait_for(lambda: all(F.unit_state(m, "etcd") == "active" for m in members), timeout=180,
+               interval=F.POLL, what="every etcd member active")
+    etcd_up = time.monotonic() - t0
+    F.wait_all_serving(timeout=300)
+    F.wait_for(lambda: len(F.H.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
+               what="no stale registrations")
+    record["recovery_s"] = time.monotonic() - t0
+    record["note"] = "etcd active after %.1f s" % etcd_up
+    finish(stack)
+
+
+def test_fault_06_rollout_interrupted(stack, record):
+    """rollout killed while workers start: the next site.yml converges without manual cleanup"""
+    ev = extra_vars_file("interrupt.json", {"dynamo_worker_env": {"VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                                                                  "KVSHARE_FAULT_ROLLOUT": "interrupted"}})
+    proc = F.popen_playbook("site.yml", "-e", ev)
+    seen = []
+    try:
+        deadline = time.monotonic() + 900
+        for line in proc.stdout:
+            seen.append(line)
+            if "Start the workers of wave" in line:
+                time.sleep(3)
+                break
+            assert time.monotonic() < deadline, "site.yml never reached the worker starts"
+    finally:
+        F.kill_group(proc)
+    assert any("Start the workers of wave" in line for line in seen), "".join(seen)[-3000:]
+    t0 = time.monotonic()
+    res, _ = F.playbook("site.yml")
+    assert res.returncode == 0, res.stdout[-4000:]
+    F.wait_all_serving(timeout=300)
+    record["recovery_s"] = time.monotonic() - t0
+    for h in F.group("dynamo_workers"):
+        assert "KVSHARE_FAULT_ROLLOUT" not in F.sh(h, "cat /etc/dynamo/workers/*.env")
+    F.wait_for(lambda: len(F.H.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
+               what="no stale registrations")
+    finish(stack)
+
+
+def _port_check_committed():
+    return subprocess.run(["git", "cat-file", "-e", "HEAD:plugins/modules/port_clash_check.py"],
+                          cwd=F.REPO, capture_output=True).returncode == 0
+
+
+@pytest.mark.xfail(not _port_check_committed(), strict=False,
+                   reason="shared port-clash preflight (port_clash_check) not committed yet")
+def test_fault_07_port_taken(stack, record):
+    """a port already taken by another process: preflight fails naming port and process, nothing changed"""
+    hostname, worker = MOCK[-1]
+    port, addr = worker["system_port"], F.address(hostname)
+    unit = "dynamo-worker@%s" % worker["name"]
+    F.sh(hostname, "systemctl stop %s" % unit)
+    F.sh(hostname, "systemd-run --unit kvshare-fault-squatter --collect "
+                   "/usr/bin/python3 -m http.server --bind %s %d" % (addr, port))
+    try:
+        F.wait_for(lambda: ":%d " % port in F.sh(hostname, "ss -Hltn src %s" % addr) or None, timeout=30,
+                   what="the squatter to listen")
+        res, _ = F.playbook("site.yml")
+        out = res.stdout
+        assert res.returncode != 0, out[-3000:]
+        fatal = "\n".join(line for line in out.splitlines() if "fatal:" in line or "FAILED" in line or "msg" in line)
+        assert str(port) in fatal and "python3" in fatal and hostname in fatal, fatal[-3000:]
+        assert all(r.get("changed", 0) == 0 for r in recap(out).values()), recap(out)
+    finally:
+        F.sh(hostname, "systemctl stop kvshare-fault-squatter || true")
+        t0 = time.monotonic()
+        res, _ = F.playbook("site.yml")
+    assert res.returncode == 0, res.stdout[-4000:]
+    F.wait_all_serving(timeout=300)
+    record["recovery_s"] = time.monotonic() - t0
+    finish(stack)
+
+
+def test_fault_08_pool_down(stack, record):
+    """the pool down when workers start (Maru service stopped; shared directory missing): no worker started, clear failure"""
+    hostname = VLLM[0][0]
+    names = [w["name"] for h, w in VLLM if h == hostname]
+    others = {key(h, w) for h, w in F.workers() if h != hostname}
+    units = " ".join("dynamo-worker@%s" % n for n in names)
+    F.sh(hostname, "systemctl stop %s maru-server" % units)
+    try:
+        # (a) the pool service is down when the workers are rolled (`--tags dynamo_worker`: the
+        # pool's own play, which would start it again, is not part of that run).
+        res, _ = F.playbook("site.yml", "--tags", "dynamo_worker")
+        assert res.returncode != 0, res.stdout[-3000:]
+        msg = "dynamo_worker_requires on %s: the KV pool is down (unit maru-server.service is inactive)" % hostname
+        assert msg in res.stdout, res.stdout[-3000:]
+        assert "not starting workers %s" % names in res.stdout.replace('"', "'")
+        for n in names:
+            assert F.unit_state(hostname, "dynamo-worker@%s" % n) == "inactive"
+        assert F.serving_map(only=others) is not None
+        # (b) the pool's shared directory is missing (a path that is not there, on this host only).
+        ev = extra_vars_file("pool-missing.json", {"dynamo_worker_requires": "{{ [{'path': '/srv/kvshare/kvpool/not-mounted'}]"
+                                                   " if inventory_hostname == '%s' else [] }}" % hostname})
+        res, _ = F.playbook("site.yml", "--tags", "dynamo_worker", "-e", ev)
+        assert res.returncode != 0, res.stdout[-3000:]
+        assert "the KV pool is down (path /srv/kvshare/kvpool/not-mounted is missing)" in res.stdout, res.stdout[-3000:]
+        for n in names:
+            assert F.unit_state(hostname, "dynamo-worker@%s" % n) == "inactive"
+        assert F.serving_map(only=others) is not None
+    finally:
+        t0 = time.monotonic()
+        res, _ = F.playbook("site.yml")
+    assert res.returncode == 0, res.stdout[-4000:]
+    F.wait_all_serving(timeout=300)
+    record["recovery_s"] = time.monotonic() - t0
+    record["note"] = "recovery = site.yml with the pool back"
+    finish(stack)
+
+
+def test_fault_09_host_restart(stack, record):
+    """sandbox host restarted (podman restart): everything back, enabled, in order (etcd, pool, workers)"""
+    hostname = VLLM[0][0]
+    names = [w["name"] for h, w in VLLM if h == hostname]
+    units = ["etcd", "maru-resource-manager", "maru-server"] + ["dynamo-worker@%s" % n for n in names]
+    F.podman("restart", F.container(hostname))
+    t0 = time.monotonic()
+    F._HOSTS.pop(hostname, None)
+    F.wait_for(lambda: F.podman("exec", F.container(hostname), "systemctl", "is-system-running", check=False)
+               .stdout.strip() in ("running", "degraded"), timeout=180, interval=F.POLL, what="the host to boot")
+    F.wait_all_serving(timeout=300)
+    record["recovery_s"] = time.monotonic() - t0
+    h = F.host(hostname)
+    for unit in units:
+        assert h.check_output("systemctl is-enabled %s" % unit).strip() == "enabled", unit
+        assert h.check_output("systemctl is-active %s" % unit).strip() == "active", unit
+
+    def mono(unit, prop):
+        return int(h.check_output("systemctl show -p %s --value %s" % (prop, unit)))
+    for n in names:
+        unit = "dynamo-worker@%s" % n
+        after = h.check_output("systemctl show -p After --value %s" % unit).split()
+        assert "etcd.service" in after and "maru-server.service" in after, after
+        started = mono(unit, "InactiveExitTimestampMonotonic")
+        for dep in ("etcd", "maru-server"):
+            assert started >= mono(dep, "ActiveEnterTimestampMonotonic"), "%s started before %s was up" % (unit, dep)
+    assert mono("maru-server", "InactiveExitTimestampMonotonic") >= mono("maru-resource-manager", "ActiveEnterTimestampMonotonic")
+    finish(stack)
+
+
+def test_fault_10_teardown_then_rollout(stack, record):
+    """teardown.yml (etcd too) then site.yml: same verdict, etcd keys and pool state kept"""
+    F.verify()
+    with open(os.environ["KVSHARE_VERIFY_REPORT"]) as handle:
+        verdicts_before = [(p["host_a"], p["host_b"], p["pool"], p["verdict"]) for p in json.load(handle)["pairs"]]
+    res, _ = F.playbook("playbooks/teardown.yml", "-e", "teardown_etcd=true")
+    assert res.returncode == 0, res.stdout[-4000:]
+    for h, w in F.workers():
+        assert F.unit_state(h, "dynamo-worker@%s" % w["name"]) in ("inactive", "unknown")
+    assert F.unit_state(F.FRONTEND, "dynamo-frontend") in ("inactive", "unknown")
+    for m in F.group("etcd"):
+        assert F.unit_state(m, "etcd") == "inactive"
+        assert F.sh(m, "test -d /var/lib/etcd/kvshare/member && echo kept").strip() == "kept"
+    t0 = time.monotonic()
+    res, _ = F.playbook("site.yml")
+    assert res.returncode == 0, res.stdout[-4000:]
+    F.wait_all_serving(timeout=300)
+    record["recovery_s"] = time.monotonic() - t0
+    F.verify()
+    with open(os.environ["KVSHARE_VERIFY_REPORT"]) as handle:
+        verdicts_after = [(p["host_a"], p["host_b"], p["pool"], p["verdict"]) for p in json.load(handle)["pairs"]]
+    assert verdicts_after == verdicts_before
+    record["note"] = "verdicts %s" % [v[-1] for v in verdicts_after]
+    F.assert_nothing_lost(stack)
