@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
+
 __all__ = [
     "DTYPE_BYTES",
     "MaruConfigError",
@@ -269,37 +271,11 @@ def lmcache_config(server_host, server_port, pool_size_gb, chunk_size=DEFAULT_KV
     }
 
 
-_SS_USERS_RE = re.compile(r'\("([^"]*)",pid=(\d+)')
-
-
-def _split_addr(local):
-    host, _, port = local.rpartition(":")
-    host = host.strip("[]")
-    if "%" in host:
-        host = host.split("%", 1)[0]
-    return host, port
-
-
+# Port-clash detection lives in module_utils/ports.py (shared by every role's preflight); these
+# two names stay for existing callers.
 def port_listeners(ss_output, port):
     """Parse ``ss -H -ltnp`` lines; return listeners on ``port`` as dicts (address, process, pid)."""
-    found = []
-    for line in (ss_output or "").splitlines():
-        fields = line.split()
-        if len(fields) < 4 or fields[0] != "LISTEN":
-            continue
-        host, lport = _split_addr(fields[3])
-        if lport != str(port):
-            continue
-        procs = _SS_USERS_RE.findall(line)
-        if procs:
-            for name, pid in procs:
-                found.append({"address": host, "port": int(port), "process": name, "pid": int(pid)})
-        else:
-            found.append({"address": host, "port": int(port), "process": "unknown", "pid": 0})
-    return found
-
-
-_WILDCARDS = ("*", "0.0.0.0", "::", "")
+    return _ports.port_listeners(ss_output, port)
 
 
 def port_clashes(ss_output, address, port, own_pids=None):
@@ -309,11 +285,4 @@ def port_clashes(ss_output, address, port, own_pids=None):
     e.g. in a container without CAP_SYS_PTRACE) is taken to be ours when our service is running:
     nothing else can hold the same address and port while it does.
     """
-    own = set(int(p) for p in (own_pids or []) if str(p).isdigit() and int(p) > 0)
-    clashes = []
-    for item in port_listeners(ss_output, port):
-        if item["pid"] in own or (item["pid"] == 0 and own):
-            continue
-        if item["address"] in _WILDCARDS or address in _WILDCARDS or item["address"] == address:
-            clashes.append(item)
-    return clashes
+    return _ports.clashes(_ports.port_listeners(ss_output, port), address, port, own_pids)

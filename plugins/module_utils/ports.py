@@ -1,0 +1,196 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvshare.dynamo developers
+# Apache-2.0 (see galaxy.yml)
+"""Listening-port clash detection shared by every role's preflight (stdlib only).
+
+A service about to bind ``address:port`` clashes with any other process already listening on the
+same port on that address or on a wildcard (0.0.0.0 / ::). The process that owns the listener is
+ours (no clash; a re-run must pass) when its PID is one of the service's PIDs or when it runs in
+the cgroup of one of the service's systemd units.
+
+Listeners come from ``/proc/net/tcp{,6}`` (socket inodes) mapped to processes through
+``/proc/<pid>/fd`` (so no ``ss``/iproute2 is needed), or from ``ss -H -ltnp`` output (kept for
+callers that already have it).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import socket
+import struct
+
+__all__ = [
+    "WILDCARDS",
+    "parse_proc_net_tcp",
+    "socket_inode_pids",
+    "proc_listeners",
+    "port_listeners",
+    "pid_units",
+    "clashes",
+    "clash_text",
+]
+
+WILDCARDS = ("*", "0.0.0.0", "::", "")
+_LISTEN = "0A"
+
+
+def _hex_ipv4(text):
+    return socket.inet_ntop(socket.AF_INET, struct.pack("<I", int(text, 16)))
+
+
+def _hex_ipv6(text):
+    words = [struct.pack("<I", int(text[i:i + 8], 16)) for i in range(0, 32, 8)]
+    addr = socket.inet_ntop(socket.AF_INET6, b"".join(words))
+    if addr.startswith("::ffff:") and "." in addr:
+        return addr[len("::ffff:"):]
+    return addr
+
+
+def parse_proc_net_tcp(text, ipv6=False):
+    """Listening sockets of a ``/proc/net/tcp`` (or tcp6) table: [{address, port, inode}]."""
+    out = []
+    for line in (text or "").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 10 or fields[3] != _LISTEN:
+            continue
+        addr_hex, _, port_hex = fields[1].partition(":")
+        try:
+            address = _hex_ipv6(addr_hex) if ipv6 else _hex_ipv4(addr_hex)
+            port = int(port_hex, 16)
+            inode = int(fields[9])
+        except (ValueError, struct.error, OSError):
+            continue
+        out.append({"address": address, "port": port, "inode": inode})
+    return out
+
+
+def _read(path, default=""):
+    try:
+        with open(path) as fh:
+            return fh.read()
+    except (IOError, OSError):
+        return default
+
+
+def socket_inode_pids(proc_root="/proc"):
+    """{socket inode: [pid, ...]} from the fd links of every process this user may read."""
+    owners = {}
+    try:
+        pids = [p for p in os.listdir(proc_root) if p.isdigit()]
+    except OSError:
+        return owners
+    for pid in pids:
+        fd_dir = os.path.join(proc_root, pid, "fd")
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(os.path.join(fd_dir, fd))
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                owners.setdefault(int(target[8:-1]), []).append(int(pid))
+    return owners
+
+
+def _comm(proc_root, pid):
+    return _read(os.path.join(proc_root, str(pid), "comm")).strip() or "unknown"
+
+
+def pid_units(proc_root, pid):
+    """systemd units (last path element ending in .service/.scope) of a process's cgroups."""
+    units = []
+    for line in _read(os.path.join(proc_root, str(pid), "cgroup")).splitlines():
+        path = line.split(":", 2)[-1]
+        for part in path.split("/"):
+            if part.endswith((".service", ".scope")) and part not in units:
+                units.append(part)
+    return units
+
+
+def proc_listeners(proc_root="/proc"):
+    """Every listening TCP socket with its processes: [{address, port, pid, process, units}].
+
+    ``pid`` is 0 and ``process`` 'unknown' when no readable process holds the socket (another
+    user's process, read without root).
+    """
+    sockets = parse_proc_net_tcp(_read(os.path.join(proc_root, "net", "tcp")))
+    sockets += parse_proc_net_tcp(_read(os.path.join(proc_root, "net", "tcp6")), ipv6=True)
+    owners = socket_inode_pids(proc_root) if sockets else {}
+    out = []
+    for sock in sockets:
+        pids = sorted(set(owners.get(sock["inode"], []))) or [0]
+        for pid in pids:
+            out.append({
+                "address": sock["address"], "port": sock["port"], "pid": pid,
+                "process": _comm(proc_root, pid) if pid else "unknown",
+                "units": pid_units(proc_root, pid) if pid else [],
+            })
+    return out
+
+
+_SS_USERS_RE = re.compile(r'\("([^"]*)",pid=(\d+)')
+
+
+def _split_addr(local):
+    host, _, port = local.rpartition(":")
+    host = host.strip("[]")
+    if "%" in host:
+        host = host.split("%", 1)[0]
+    return host, port
+
+
+def port_listeners(ss_output, port):
+    """Parse ``ss -H -ltnp`` lines; return listeners on ``port`` as dicts (address, port, process, pid)."""
+    found = []
+    for line in (ss_output or "").splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[0] != "LISTEN":
+            continue
+        host, lport = _split_addr(fields[3])
+        if lport != str(port):
+            continue
+        procs = _SS_USERS_RE.findall(line)
+        if procs:
+            for name, pid in procs:
+                found.append({"address": host, "port": int(port), "process": name, "pid": int(pid)})
+        else:
+            found.append({"address": host, "port": int(port), "process": "unknown", "pid": 0})
+    return found
+
+
+def _own_unit(listener, units):
+    return any(fnmatch.fnmatchcase(have, want) for have in listener.get("units") or [] for want in units or [])
+
+
+def clashes(listeners, address, port, own_pids=None, own_units=None):
+    """Listeners that would stop a service binding ``address:port`` and are not the service.
+
+    A listener is the service's own when its pid is in ``own_pids`` or it runs in one of
+    ``own_units`` (fnmatch patterns). A listener whose process cannot be seen (pid 0) is taken to
+    be the service's own when the service is running (``own_pids`` non-empty): nothing else can
+    hold the same address and port while it does.
+    """
+    own = set(int(p) for p in (own_pids or []) if str(p).isdigit() and int(p) > 0)
+    found = []
+    for item in listeners:
+        if int(item["port"]) != int(port):
+            continue
+        if item["pid"] in own or _own_unit(item, own_units) or (item["pid"] == 0 and own):
+            continue
+        if item["address"] in WILDCARDS or address in WILDCARDS or item["address"] == address:
+            found.append(item)
+    return found
+
+
+def clash_text(clash, variable, host=None):
+    """One line naming the variable, port, process and pid (and the host when given)."""
+    where = " (host %s)" % host if host else ""
+    units = clash.get("units") or []
+    return "%s %s is held by %s (pid %s%s) listening on %s%s" % (
+        variable, clash["port"], clash["process"], clash["pid"] or "unknown",
+        ", unit %s" % units[-1] if units else "", clash["address"] or "*", where)
