@@ -220,3 +220,70 @@ def share_pairs(host_workers, named_pairs=None):
         b = next((m for m in members[1:] if m[0] != a[0]), members[1])
         pairs.append({"a": {"host": a[0], "worker": a[1]}, "b": {"host": b[0], "worker": b[1]}, "pool": pid})
     return pairs
+
+
+def port_requests(workers, bind_address):
+    """The ports one host's workers bind, as items for the port_clash_check module.
+
+    Each worker's system_port and rpc_port (when set), on ``bind_address``, owned by the worker's
+    own unit (dynamo-worker@<name>.service): a running worker holding its own port is no clash.
+    """
+    requests = []
+    for worker in workers or []:
+        if not isinstance(worker, dict):
+            continue
+        for key in ("system_port", "rpc_port"):
+            port = _port(worker.get(key))
+            if port is None:
+                continue
+            requests.append({
+                "port": port,
+                "address": str(bind_address or ""),
+                "variable": "dynamo_workers[%s].%s" % (worker.get("name"), key),
+                "units": ["dynamo-worker@%s.service" % worker.get("name")],
+            })
+    return requests
+
+
+def cluster_worker_errors(host_workers, maru_server_urls=None):
+    """Checks across every host's dynamo_workers (the per-host checks are worker_errors).
+
+    ``host_workers`` maps host -> its worker list. A maru_instance_id (MaruKVConnector's
+    ``kv_connector_extra_config.maru_instance_id`` or LMCache's ``extra_config``) must be unique
+    across the deployment: two workers with one id corrupt each other's pool entries. With
+    ``maru_server_urls`` (the Maru pool hosts' server URLs, possibly empty), every
+    MaruKVConnector worker's ``maru_server_url`` must be one of them.
+    """
+    errors, ids = [], {}
+    for host in sorted(host_workers):
+        workers = host_workers[host]
+        if not isinstance(workers, list):
+            continue
+        for worker in workers:
+            if not isinstance(worker, dict):
+                continue
+            try:
+                cfg = kv_transfer_config(worker)
+            except ValueError:
+                continue  # reported per host by worker_errors
+            if cfg is None or worker.get("engine") == "mocker":
+                continue
+            extra = cfg.get("kv_connector_extra_config") or {}
+            if not isinstance(extra, dict):
+                continue
+            iid = extra.get("maru_instance_id") or (extra.get("extra_config") or {}).get("maru_instance_id")
+            label = "worker '%s' on %s" % (worker.get("name"), host)
+            if iid:
+                if str(iid) in ids:
+                    errors.append("%s: kv_transfer_config maru_instance_id '%s' is already used by %s"
+                                  % (label, iid, ids[str(iid)]))
+                else:
+                    ids[str(iid)] = label
+            url = extra.get("maru_server_url")
+            if cfg.get("kv_connector") == "MaruKVConnector" and maru_server_urls is not None:
+                if not url:
+                    errors.append("%s: kv_transfer_config has no maru_server_url" % label)
+                elif url not in maru_server_urls:
+                    errors.append("%s: kv_transfer_config maru_server_url %s is served by no host of group maru_pool "
+                                  "(pool servers: %s)" % (label, url, ", ".join(sorted(maru_server_urls)) or "none"))
+    return errors

@@ -57,7 +57,8 @@ def test_syntax_check_site():
 
 
 def test_validation_passes(tmp_path):
-    proc = playbook(tmp_path, inventory_copy(tmp_path), os.path.join(REPO, "playbooks", "validate.yml"))
+    proc = playbook(tmp_path, inventory_copy(tmp_path), os.path.join(REPO, "playbooks", "validate.yml"),
+                    "-e", "kvshare_validate_offline=true")
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
     assert re.search(r"gpu-a\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
     assert re.search(r"gpu-b\s*:\s*ok=\d+\s+changed=0\s+unreachable=0\s+failed=0", proc.stdout)
@@ -82,7 +83,8 @@ BAD = {
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_input_fails_in_validation(tmp_path, case):
     changes, message = BAD[case]
-    proc = playbook(tmp_path, inventory_copy(tmp_path, **changes), os.path.join(REPO, "playbooks", "validate.yml"))
+    proc = playbook(tmp_path, inventory_copy(tmp_path, **changes), os.path.join(REPO, "playbooks", "validate.yml"),
+                    "-e", "kvshare_validate_offline=true")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-4000:]
     assert message in out, out[-4000:]
