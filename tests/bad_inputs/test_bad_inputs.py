@@ -1,0 +1,353 @@
+"""Bad-input suite: every invalid inventory is refused by playbooks/validate.yml before any host changes.
+
+Each case is a valid base inventory plus one mutation, written to a tmp dir and validated offline
+(`-e kvshare_validate_offline=true`: every host runs on the controller with connection local,
+nothing is gathered, host probes are skipped). A case passes when
+- ansible-playbook fails, in the validation play (the only play that runs),
+- every task that ran is controller-side validation (assert/set_fact/debug/include_role/argument
+  specs) and every host's recap shows changed=0: nothing touched this machine or a host,
+- the failure message names the offending variable and the offending host (a failed argument
+  spec is attributed to its host by Ansible, `fatal: [host]`; the spec message names the variable).
+The base inventories themselves must pass (test_base_inventory_is_valid), so each failure is the
+mutation's. The cases run as many at a time as there are CPUs (2-6; one ansible-playbook each); conftest.py prints
+"bad inputs rejected N/N".
+"""
+import concurrent.futures
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLAYBOOK = os.path.join(REPO, "playbooks", "validate.yml")
+ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+# Controller-side actions only: anything else would have run on a host (or on this machine).
+ALLOWED_ACTIONS = {"assert", "set_fact", "debug", "include_role", "validate_argument_spec", "meta"}
+
+
+def _maru_worker(host, name, system_port, rpc_port, fraction=0.3):
+    return {
+        "name": name, "engine": "vllm", "model": "Qwen/Qwen2.5-0.5B-Instruct", "gpus": ["0"],
+        "gpu_memory_utilization": fraction, "system_port": system_port, "rpc_port": rpc_port,
+        "prefix_caching": False,
+        "kv_transfer_config": {
+            "kv_connector": "MaruKVConnector", "kv_connector_module_path": "maru_vllm", "kv_role": "kv_both",
+            "kv_connector_extra_config": {"maru_server_url": "tcp://10.0.0.2:5555", "maru_pool_size": "4G",
+                                          "maru_kv_chunk_tokens": 256, "maru_instance_id": "%s-%s" % (host, name)},
+        },
+    }
+
+
+def _mocker(name, gpu, system_port, rpc_port):
+    return {"name": name, "engine": "mocker", "model": "Qwen/Qwen2.5-0.5B-Instruct", "served_model_name": "mock",
+            "endpoint": "dyn://dynamo.mocker.generate", "gpus": [gpu], "system_port": system_port, "rpc_port": rpc_port}
+
+
+def base_maru():
+    """Three hosts: etcd on all, frontend on node-1, Maru pool + two vLLM workers on node-2, mockers on node-3."""
+    return {
+        "hosts": {
+            "node-1": {"kvshare_bind_address": "10.0.0.1"},
+            "node-2": {"kvshare_bind_address": "10.0.0.2",
+                       "dynamo_workers": [_maru_worker("node-2", "w0", 18081, 19081),
+                                          _maru_worker("node-2", "w1", 18082, 19082)],
+                       "maru_pool_dedicated_devices": ["dax0.0"],
+                       "maru_pool_workers": [{"name": "w0"}, {"name": "w1"}],
+                       "maru_pool_model": {"num_kv_heads": 2, "head_dim": 64, "dtype": "bfloat16"}},
+            "node-3": {"kvshare_bind_address": "10.0.0.3",
+                       "dynamo_workers": [_mocker("mock-a", "0", 18081, 19081), _mocker("mock-b", "1", 18082, 19082)]},
+        },
+        "groups": {"etcd": ["node-1", "node-2", "node-3"], "dynamo_frontend": ["node-1"],
+                   "dynamo_workers": ["node-2", "node-3"], "maru_pool": ["node-2"], "rdma_ucx": ["node-2"]},
+        "group_vars": {"all": {"dynamo_runtime_extra_groups": ["video", "render", "maru"]}},
+    }
+
+
+def base_kvcr():
+    """Seed 002 like inventories/two_node_kvcr: two GPU hosts, one KVCR worker each, KV router."""
+    return {
+        "hosts": {
+            "gpu-a": {"kvshare_bind_address": "10.0.1.11", "kvcr_cache_slot": 0},
+            "gpu-b": {"kvshare_bind_address": "10.0.1.12", "kvcr_cache_slot": 1},
+        },
+        "groups": {"etcd": ["gpu-a"], "dynamo_frontend": ["gpu-a"], "dynamo_workers": ["gpu-a", "gpu-b"],
+                   "kvcr": ["gpu-a", "gpu-b"]},
+        "group_vars": {
+            "dynamo_frontend": {"dynamo_frontend_router_mode": "kv"},
+            "kvcr": {
+                "kvcr_variant": "memory_service", "kvcr_cache_slot_count": 2,
+                "kvcr_compatibility_digest": "qwen3-0.6b-example-v1", "kvcr_service_pool_sizes_gb": [2],
+                "dynamo_workers": [{
+                    "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"],
+                    "system_port": 9090, "rpc_port": 9190,
+                    "kv_transfer_config": "{{ kvcr_worker_kv_transfer_config }}", "env": "{{ kvcr_worker_env }}",
+                    "extra_args": "{{ kvcr_worker_extra_args + ['--block-size', '64', '--enforce-eager'] }}",
+                }],
+            },
+        },
+    }
+
+
+BASES = {"maru": base_maru, "kvcr": base_kvcr}
+
+
+def inventory_yaml(inv):
+    children = {}
+    for group, hosts in inv["groups"].items():
+        entry = {"hosts": {h: None for h in hosts}}
+        if inv["group_vars"].get(group):
+            entry["vars"] = inv["group_vars"][group]
+        children[group] = entry
+    dynamo = {"children": {g: children.pop(g) for g in ("dynamo_frontend", "dynamo_workers") if g in children}}
+    if dynamo["children"]:
+        children["dynamo"] = dynamo
+    return {"all": {"hosts": inv["hosts"], "vars": inv["group_vars"].get("all", {}), "children": children}}
+
+
+# --- mutations -----------------------------------------------------------------------------------
+def hv(host, **kwargs):
+    def mutate(inv):
+        inv["hosts"][host].update(kwargs)
+    return mutate
+
+
+def worker(host, index, **kwargs):
+    def mutate(inv):
+        inv["hosts"][host]["dynamo_workers"][index].update(kwargs)
+    return mutate
+
+
+def maru_extra(host, index, **kwargs):
+    def mutate(inv):
+        inv["hosts"][host]["dynamo_workers"][index]["kv_transfer_config"]["kv_connector_extra_config"].update(kwargs)
+    return mutate
+
+
+def group(name, hosts):
+    def mutate(inv):
+        if hosts is None:
+            inv["groups"].pop(name, None)
+        else:
+            inv["groups"][name] = hosts
+    return mutate
+
+
+def gv(group_name, **kwargs):
+    def mutate(inv):
+        inv["group_vars"].setdefault(group_name, {}).update(kwargs)
+    return mutate
+
+
+def both(*mutations):
+    def mutate(inv):
+        for m in mutations:
+            m(inv)
+    return mutate
+
+
+def node3_maru_workers(inv):
+    inv["hosts"]["node-3"]["dynamo_workers"] = [_maru_worker("node-2", "w0", 18081, 19081)]
+
+
+# (id, base, mutation, host the message must name, variables the message must name)
+CASES = [
+    # duplicates
+    ("dup_worker_name", "maru", worker("node-2", 1, name="w0"), "node-2", ["dynamo_workers", "duplicate worker name"]),
+    ("dup_worker_system_port", "maru", worker("node-2", 1, system_port=18081), "node-2", ["system_port 18081"]),
+    ("dup_worker_rpc_port", "maru", worker("node-3", 1, rpc_port=19081), "node-3", ["rpc_port 19081"]),
+    ("worker_port_is_frontend_port", "maru", both(group("dynamo_frontend", ["node-3"]),
+                                                  hv("node-3", dynamo_frontend_http_port=18082)),
+     "node-3", ["system_port 18082", "frontend HTTP port"]),
+    ("dup_maru_instance_id_on_host", "maru", maru_extra("node-2", 1, maru_instance_id="node-2-w0"),
+     "node-2", ["maru_instance_id 'node-2-w0'"]),
+    ("dup_maru_instance_id_across_hosts", "maru",
+     both(node3_maru_workers, group("dynamo_workers", ["node-2", "node-3"])), "node-3", ["maru_instance_id 'node-2-w0'"]),
+    ("dup_maru_pool_instance_id", "maru",
+     hv("node-2", maru_pool_workers=[{"name": "w0", "instance_id": "x"}, {"name": "w1", "instance_id": "x"}]),
+     "node-2", ["maru_pool_workers", "maru_instance_id x"]),
+    ("dup_etcd_member_name", "maru", hv("node-2", etcd_member_name="node-1"), "node-2", ["etcd_member_name"]),
+    ("dup_etcd_address", "maru", hv("node-3", etcd_address="10.0.0.1"), "node-3", ["etcd_address"]),
+    ("etcd_client_port_equals_peer_port", "maru", hv("node-1", etcd_peer_port=2379), "node-1", ["etcd_peer_port"]),
+    ("dup_kvcr_slot", "kvcr", hv("gpu-b", kvcr_cache_slot=0), "gpu-b", ["kvcr_cache_slot"]),
+    # missing groups
+    ("no_etcd_group", "maru", group("etcd", None), "node-1", ["etcd_client_endpoints", "'etcd'"]),
+    ("empty_etcd_group", "maru", group("etcd", []), "node-2", ["etcd_client_endpoints", "'etcd'"]),
+    ("workers_without_frontend", "maru", group("dynamo_frontend", []), "node-2", ["dynamo_workers", "no frontend"]),
+    ("maru_workers_without_pool_group", "maru", group("maru_pool", None), "node-2",
+     ["maru_server_url tcp://10.0.0.2:5555", "maru_pool"]),
+    ("maru_server_url_not_served", "maru", maru_extra("node-2", 0, maru_server_url="tcp://10.0.0.9:5555"), "node-2",
+     ["maru_server_url tcp://10.0.0.9:5555"]),
+    # wrong types (argument specs and preflight)
+    ("etcd_client_port_not_int", "maru", hv("node-2", etcd_client_port="twenty"), "node-2", ["etcd_client_port"]),
+    ("frontend_port_not_int", "maru", hv("node-1", dynamo_frontend_http_port="http"), "node-1", ["dynamo_frontend_http_port"]),
+    ("dynamo_workers_not_a_list", "maru", hv("node-3", dynamo_workers={"name": "mock-a"}), "node-3", ["dynamo_workers"]),
+    ("worker_gpus_string", "maru", worker("node-3", 0, gpus="0,1"), "node-3", ["gpus must be a list"]),
+    ("worker_system_port_not_int", "maru", worker("node-3", 0, system_port="metrics"), "node-3", ["system_port"]),
+    ("maru_pool_workers_not_a_list", "maru", hv("node-2", maru_pool_workers="w0"), "node-2", ["maru_pool_workers"]),
+    ("kvcr_slot_not_int", "kvcr", hv("gpu-b", kvcr_cache_slot="one"), "gpu-b", ["kvcr_cache_slot"]),
+    ("extra_args_string", "maru", worker("node-3", 0, extra_args="--speedup-ratio 10"), "node-3", ["extra_args"]),
+    # unknown engine / router / connector config
+    ("unknown_engine", "maru", worker("node-3", 1, engine="sglang"), "node-3", ["engine", "sglang"]),
+    ("unknown_router_mode", "maru", hv("node-1", dynamo_frontend_router_mode="fastest"), "node-1",
+     ["dynamo_frontend_router_mode", "fastest"]),
+    ("kv_transfer_config_not_json", "maru", worker("node-2", 0, kv_transfer_config="{kv_connector: Maru"), "node-2",
+     ["kv_transfer_config is not valid JSON"]),
+    ("kv_transfer_config_without_connector", "maru", worker("node-2", 1, kv_transfer_config={"kv_role": "kv_both"}),
+     "node-2", ["kv_transfer_config has no 'kv_connector'"]),
+    ("connector_on_mocker", "maru", worker("node-3", 0, kv_transfer_config={"kv_connector": "ExampleConnector"}),
+     "node-3", ["kv_transfer_config is set but engine mocker"]),
+    ("unknown_discovery_backend", "maru", hv("node-3", dynamo_worker_discovery_backend="zookeeper"), "node-3",
+     ["dynamo_worker_discovery_backend"]),
+    ("unknown_kvcr_variant", "kvcr", gv("kvcr", kvcr_variant="shared_nothing"), "gpu-a", ["kvcr_variant"]),
+    ("kvcr_router_mode_not_kv", "kvcr", gv("dynamo_frontend", dynamo_frontend_router_mode="round-robin"), "gpu-a",
+     ["router"]),
+    # out-of-range values
+    ("gpu_memory_fraction_above_1", "maru", worker("node-2", 0, gpu_memory_utilization=1.5), "node-2",
+     ["gpu_memory_utilization must be in (0, 1]"]),
+    ("gpu_memory_fraction_zero", "maru", worker("node-2", 1, gpu_memory_utilization=0), "node-2",
+     ["gpu_memory_utilization must be in (0, 1]"]),
+    ("gpu_memory_sum_above_1", "maru", both(worker("node-2", 0, gpu_memory_utilization=0.6),
+                                            worker("node-2", 1, gpu_memory_utilization=0.5)),
+     "node-2", ["gpu_memory_utilization", "share GPU 0", "1.10"]),
+    ("port_out_of_range", "maru", worker("node-3", 1, rpc_port=70000), "node-3", ["rpc_port must be an integer in 1-65535"]),
+    ("kvcr_slot_out_of_range", "kvcr", hv("gpu-b", kvcr_cache_slot=2), "gpu-b", ["kvcr_cache_slot"]),
+    ("frontend_ready_delay_too_long", "maru", hv("node-1", dynamo_frontend_ready_delay=5), "node-1",
+     ["dynamo_frontend_ready_delay"]),
+    # bad addresses
+    ("bind_address_not_ipv4", "maru", hv("node-3", kvshare_bind_address="10.0.0.300"), "node-3", ["kvshare_bind_address"]),
+    ("bind_address_hostname", "maru", hv("node-2", kvshare_bind_address="gpu-node-2.example"), "node-2",
+     ["kvshare_bind_address"]),
+    ("bind_address_missing_offline", "maru", lambda inv: inv["hosts"]["node-3"].pop("kvshare_bind_address"), "node-3",
+     ["kvshare_bind_address"]),
+    ("frontend_on_all_addresses", "maru", hv("node-1", dynamo_frontend_http_host="0.0.0.0"), "node-1",
+     ["dynamo_frontend_http_host"]),
+    ("workers_on_all_addresses", "maru", hv("node-3", dynamo_worker_bind_address="0.0.0.0"), "node-3",
+     ["dynamo_worker_bind_address"]),
+    ("etcd_address_not_ipv4", "maru", hv("node-1", etcd_address="etcd-1"), "node-1", ["etcd_address"]),
+    ("kvcr_advertise_loopback", "kvcr", hv("gpu-a", kvcr_advertise_host="127.0.0.1"), "gpu-a", ["kvcr_advertise_host"]),
+    # TLS files and install sources missing
+    ("etcd_tarball_without_sha256", "maru", gv("etcd", etcd_install_method="tarball",
+                                               etcd_tarball_url="https://example.invalid/etcd-v3.5.17-linux-amd64.tar.gz"),
+     "node-1", ["etcd_tarball_sha256"]),
+    ("etcd_tarball_without_url", "maru", gv("etcd", etcd_install_method="tarball", etcd_tarball_sha256="0" * 64),
+     "node-2", ["etcd_tarball_url"]),
+    ("etcd_client_ca_missing", "maru", hv("node-3", etcd_client_pki_dir="/nonexistent/kvshare-pki"), "node-3",
+     ["etcd_client_pki_dir", "TLS files missing"]),
+    ("etcd_client_tls_mismatch", "maru", hv("node-1", etcd_client_tls_enabled=False), "node-1",
+     ["etcd_client_tls_enabled"]),
+    ("etcd_client_cluster_name_mismatch", "maru", hv("node-2", etcd_client_cluster_name="other"), "node-2",
+     ["etcd_client_cluster_name"]),
+    # contradictory toggles
+    ("offline_pip_without_wheelhouse", "maru", hv("node-3", dynamo_runtime_pip_index="offline",
+                                                  dynamo_runtime_wheelhouse_dir=""), "node-3",
+     ["dynamo_runtime_pip_index", "dynamo_runtime_wheelhouse_dir"]),
+    ("unknown_pip_index", "maru", hv("node-1", dynamo_runtime_pip_index="pypi"), "node-1", ["dynamo_runtime_pip_index"]),
+    ("maru_artifacts_without_dir", "maru", hv("node-2", maru_pool_install_method="artifacts"), "node-2",
+     ["maru_pool_install_method", "maru_pool_artifacts_dir"]),
+    ("maru_chunk_too_small", "maru", hv("node-2", maru_pool_chunk_size="64K"), "node-2", ["maru_pool_chunk_size"]),
+    ("rdma_bw_test_without_server", "maru", hv("node-2", rdma_ucx_bw_test=True), "node-2",
+     ["rdma_ucx_bw_test", "rdma_ucx_bw_server"]),
+    ("rdma_clear_acs_without_hardware", "maru", hv("node-2", rdma_ucx_clear_acs=True, rdma_ucx_require_hardware=False),
+     "node-2", ["rdma_ucx_clear_acs", "rdma_ucx_require_hardware"]),
+    ("rdma_peermem_not_a_choice", "maru", hv("node-2", rdma_ucx_peermem="maybe"), "node-2", ["rdma_ucx_peermem"]),
+    ("rdma_tls_without_cuda", "maru", hv("node-2", rdma_ucx_tls="rc_x,ud_x"), "node-2", ["rdma_ucx_tls"]),
+    ("kvcr_memory_service_without_digest", "kvcr", gv("kvcr", kvcr_compatibility_digest=""), "gpu-a",
+     ["kvcr_compatibility_digest"]),
+    ("kvcr_worker_missing", "kvcr", hv("gpu-b", kvcr_worker_name="other"), "gpu-b", ["kvcr_worker_name"]),
+    ("worker_env_sets_dyn_connector", "maru", worker("node-3", 0, env={"DYN_CONNECTOR": "nixl"}), "node-3",
+     ["DYN_CONNECTOR"]),
+]
+
+
+def run_case(base, mutation, workdir):
+    inv = copy.deepcopy(BASES[base]())
+    if mutation is not None:
+        mutation(inv)
+    path = os.path.join(workdir, "hosts.yml")
+    with open(path, "w") as fh:
+        yaml.safe_dump(inventory_yaml(inv), fh, sort_keys=False)
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+               ANSIBLE_LOCAL_TEMP=os.path.join(workdir, "tmp"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", path, PLAYBOOK, "-e", "kvshare_validate_offline=true"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    try:
+        # The JSON document, then whatever notification callbacks (profile_tasks) print.
+        report = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{"):])[0]
+    except ValueError:
+        report = None
+    return {"rc": proc.returncode, "report": report, "stdout": proc.stdout, "stderr": proc.stderr}
+
+
+_RESULTS = {}
+
+
+@pytest.fixture(scope="module")
+def results():
+    """Run every case (and both bases) once, one ansible-playbook each, a few at a time."""
+    if not _RESULTS:
+        jobs = [("base_" + b, b, None) for b in BASES] + [(c[0], c[1], c[2]) for c in CASES]
+        with tempfile.TemporaryDirectory(prefix="kvshare-bad-inputs-") as tmp:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(6, os.cpu_count() or 2))) as pool:
+                futures = {}
+                for case_id, base, mutation in jobs:
+                    workdir = os.path.join(tmp, case_id)
+                    os.makedirs(workdir)
+                    futures[pool.submit(run_case, base, mutation, workdir)] = case_id
+                for future in concurrent.futures.as_completed(futures):
+                    _RESULTS[futures[future]] = future.result()
+    return _RESULTS
+
+
+def audit(result):
+    """Every executed task is controller-side validation; every host changed=0. Returns the failures."""
+    report = result["report"]
+    assert report is not None, result["stdout"][-3000:] + result["stderr"][-3000:]
+    assert [p["play"]["name"] for p in report["plays"]] == ["Validate the inventory before any host changes"]
+    failures = []
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            for host, res in task["hosts"].items():
+                if res.get("skipped"):
+                    continue
+                action = (res.get("action") or "").rsplit(".", 1)[-1]
+                assert action in ALLOWED_ACTIONS, "task %r ran %s on %s" % (task["task"]["name"], action, host)
+                assert not res.get("changed"), "task %r changed %s" % (task["task"]["name"], host)
+                if res.get("failed"):
+                    failures.append((host, task["task"]["name"], json.dumps(res.get("msg", ""))
+                                     + json.dumps(res.get("argument_errors", ""))))
+    for host, stats in report["stats"].items():
+        assert stats["changed"] == 0, (host, stats)
+    return failures
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_base_inventory_is_valid(results, base):
+    result = results["base_" + base]
+    failures = audit(result)
+    assert result["rc"] == 0 and not failures, failures or result["stderr"][-3000:]
+
+
+def test_at_least_25_cases():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 25
+
+
+@pytest.mark.parametrize("case_id,base,mutation,host,needles", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_rejected(results, case_id, base, mutation, host, needles):
+    result = results[case_id]
+    failures = audit(result)
+    assert result["rc"] != 0, "%s: validate.yml passed an invalid inventory" % case_id
+    assert failures, "%s: rc=%s but no failed task: %s" % (case_id, result["rc"], result["stderr"][-2000:])
+    # The failure names the offending host (in its message, or as the failed host of an argument
+    # spec check) and every needle (variable names).
+    named = [f for f in failures if host in f[2] or (f[0] == host and "argument" in f[2].lower())]
+    assert named, "%s: no failure names host %s: %s" % (case_id, host, failures)
+    text = " ".join(f[2] for f in named)
+    missing = [n for n in needles if n not in text]
+    assert not missing, "%s: message does not name %s: %s" % (case_id, missing, named)
