@@ -1,0 +1,39 @@
+"""Filters for the day-2 playbooks: rolling-restart steps, Prometheus file_sd, the status table."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import day2 as _day2
+
+
+def worker_restart_groups(workers, unit="worker", names=None):
+    """Steps of a rolling restart (see module_utils.day2.restart_groups)."""
+    try:
+        return _day2.restart_groups(list(workers or []), unit, None if names is None else list(names))
+    except (ValueError, KeyError) as exc:
+        raise AnsibleFilterError("worker_restart_groups: %s" % exc) from exc
+
+
+def prometheus_file_sd(hostvars, groups, maru_metrics_port=0, cluster="kvshare"):
+    """file_sd target groups per job (see module_utils.day2.prometheus_targets)."""
+    return _day2.prometheus_targets(dict(hostvars), dict(groups), maru_metrics_port, cluster=cluster)
+
+
+def stack_status_table(hosts):
+    return _day2.status_table(list(hosts or []))
+
+
+def stack_status_summary(hosts):
+    return _day2.status_summary(list(hosts or []))
+
+
+class FilterModule:
+    """kvshare.dynamo day-2 filters."""
+
+    def filters(self):
+        return {
+            "worker_restart_groups": worker_restart_groups,
+            "prometheus_file_sd": prometheus_file_sd,
+            "stack_status_table": stack_status_table,
+            "stack_status_summary": stack_status_summary,
+        }

@@ -1,0 +1,206 @@
+"""Day-2 logic shared by the filters and modules: rolling-restart groups, Prometheus file_sd
+targets, per-worker hit rates and the stack status table.
+
+Stdlib only (imported on managed hosts by the dynamo_stack_status module).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import json
+
+from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
+from ansible_collections.kvshare.dynamo.plugins.module_utils.workers import gpu_key, pool_id, start_waves
+
+RESTART_UNITS = ("worker", "gpu")
+
+
+# ---------------------------------------------------------------------------
+# rolling restart
+# ---------------------------------------------------------------------------
+
+def gpu_groups(workers):
+    """Workers grouped by shared GPUs (directly or through a chain), in inventory order.
+
+    Workers without GPUs each form their own group. Returns a list of lists of worker dicts.
+    """
+    parent = list(range(len(workers)))
+
+    def find(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    owner = {}
+    for idx, worker in enumerate(workers):
+        for gpu in gpu_key(worker):
+            if gpu in owner:
+                parent[find(idx)] = find(owner[gpu])
+            else:
+                owner[gpu] = idx
+    groups = {}
+    for idx in range(len(workers)):
+        groups.setdefault(find(idx), []).append(workers[idx])
+    return sorted(groups.values(), key=lambda g: workers.index(g[0]))
+
+
+def restart_groups(workers, unit="worker", names=None):
+    """The steps of a rolling restart of `workers` (restricted to `names` when given).
+
+    unit=worker: one step per worker, restarted in place.
+    unit=gpu: one step per GPU group: the group is stopped together (the GPU is free), then its
+    workers start one after another (start_waves), each proven ready.
+    Returns [{"names": [...], "waves": [[...], ...], "stop_first": bool, "gpus": [...]}].
+    """
+    if unit not in RESTART_UNITS:
+        raise ValueError("restart unit %r is not one of %s" % (unit, ", ".join(RESTART_UNITS)))
+    selected = [w for w in workers or [] if names is None or w["name"] in names]
+    if names is not None:
+        unknown = sorted(set(names) - set(w["name"] for w in workers or []))
+        if unknown:
+            raise ValueError("unknown workers: %s" % ", ".join(unknown))
+    steps = []
+    if unit == "worker":
+        for worker in selected:
+            steps.append({"names": [worker["name"]], "waves": [[worker["name"]]], "stop_first": False,
+                          "gpus": list(gpu_key(worker))})
+        return steps
+    for group in gpu_groups(selected):
+        gpus = sorted(set(g for w in group for g in gpu_key(w)))
+        steps.append({"names": [w["name"] for w in group], "waves": start_waves(group),
+                      "stop_first": len(group) > 1, "gpus": gpus})
+    return steps
+
+
+# ---------------------------------------------------------------------------
+# Prometheus file_sd
+# ---------------------------------------------------------------------------
+
+def _addr(hostvars, host):
+    hv = hostvars.get(host, {})
+    return hv.get("kvshare_bind_address") or hv.get("ansible_host") or host
+
+
+def prometheus_targets(hostvars, groups, maru_metrics_port=0, etcd_client_port=2379,
+                       frontend_port=8000, cluster="kvshare"):
+    """file_sd target groups per job: {"dynamo-frontend": [...], "dynamo-worker": [...], "etcd": [...], "maru": [...]}.
+
+    Every target group carries the labels host, worker, gpu and pool ("" where not applicable), so
+    one relabelling works for all jobs. Workers: their DYN_SYSTEM_PORT /metrics. etcd: its client
+    port (/metrics over TLS with a client certificate). Maru: only when maru_metrics_port > 0 (the
+    Maru resource manager and metadata server expose no Prometheus endpoint that this collection
+    knows of).
+    """
+    def group(target, host, job, worker="", gpu="", pool="", extra=None):
+        labels = {"host": host, "worker": worker, "gpu": gpu, "pool": pool, "cluster": cluster,
+                  "kvshare_job": job}
+        labels.update(extra or {})
+        return {"targets": [target], "labels": labels}
+
+    out = {"dynamo-frontend": [], "dynamo-worker": [], "etcd": [], "maru": []}
+    for host in groups.get("dynamo_frontend", []):
+        hv = hostvars.get(host, {})
+        port = hv.get("dynamo_frontend_http_port", frontend_port)
+        addr = hv.get("dynamo_frontend_http_host") or _addr(hostvars, host)
+        out["dynamo-frontend"].append(group("%s:%s" % (addr, port), host, "dynamo-frontend"))
+    for host in groups.get("dynamo_workers", []):
+        hv = hostvars.get(host, {})
+        for worker in hv.get("dynamo_workers", []) or []:
+            out["dynamo-worker"].append(group(
+                "%s:%s" % (_addr(hostvars, host), worker["system_port"]), host, "dynamo-worker",
+                worker=worker["name"], gpu=",".join(gpu_key(worker)), pool=pool_id(host, worker) or "",
+                extra={"engine": str(worker.get("engine", "")),
+                       "model": str(worker.get("served_model_name") or worker.get("model", ""))}))
+    for host in groups.get("etcd", []):
+        hv = hostvars.get(host, {})
+        port = hv.get("etcd_client_port", etcd_client_port)
+        out["etcd"].append(group("%s:%s" % (hv.get("etcd_address") or _addr(hostvars, host), port), host, "etcd"))
+    if int(maru_metrics_port or 0) > 0:
+        for host in groups.get("maru_pool", []):
+            out["maru"].append(group("%s:%s" % (_addr(hostvars, host), maru_metrics_port), host, "maru",
+                                     pool="maru:%s" % host))
+    return out
+
+
+# ---------------------------------------------------------------------------
+# hit rate and status
+# ---------------------------------------------------------------------------
+
+def hit_rate(metrics_text):
+    """External prefix-cache hit rate so far from a worker's /metrics text (vLLM counters).
+
+    Returns {"queries", "hits", "hit_rate"}; all None when the worker exports no such counters
+    (mocker, no KV connector); hit_rate None while queries is 0.
+    """
+    if not metrics_text:
+        return {"queries": None, "hits": None, "hit_rate": None}
+    counters = prometheus_text.vllm_kv_counters(metrics_text)
+    queries, hits = counters.get("queries"), counters.get("hits")
+    rate = (hits / queries) if (queries and hits is not None) else None
+    return {"queries": queries, "hits": hits, "hit_rate": rate}
+
+
+def _fmt_rate(worker):
+    if worker.get("hit_rate") is not None:
+        return "%.3f (%d/%d)" % (worker["hit_rate"], int(worker.get("hits") or 0), int(worker.get("queries") or 0))
+    if worker.get("queries") is not None:
+        return "- (0 queries)"
+    return "-"
+
+
+def status_rows(hosts):
+    """Flatten a status document into table rows (lists of strings).
+
+    hosts: [{"host", "units": [{"unit", "state"}], "workers": [{"name", "gpu", "instance_id",
+    "ready", "registered", "health", "hit_rate", "hits", "queries", "error"}]}]
+    """
+    rows = []
+    for host in hosts:
+        workers = dict(("dynamo-worker@%s.service" % w["name"], w) for w in host.get("workers") or [])
+        listed = set()
+
+        def worker_row(unit, state, worker):
+            ready = "ready" if worker.get("ready") else ("registered" if worker.get("registered") else "NOT READY")
+            return [host["host"], unit, state, worker["name"], worker.get("gpu") or "-",
+                    str(worker.get("instance_id") or "-"), ready, _fmt_rate(worker)]
+
+        for unit in host.get("units") or []:
+            listed.add(unit["unit"])
+            if unit["unit"] in workers:
+                rows.append(worker_row(unit["unit"], unit.get("state", "?"), workers[unit["unit"]]))
+            else:
+                rows.append([host["host"], unit["unit"], unit.get("state", "?"), "-", "-", "-", "-", "-"])
+        for unit, worker in workers.items():
+            if unit not in listed:
+                rows.append(worker_row(unit, worker.get("unit_state") or "?", worker))
+    return rows
+
+
+STATUS_HEADER = ["host", "unit", "state", "worker", "gpu", "instance id", "ready", "external hit rate"]
+
+
+def status_table(hosts):
+    """The whole stack as one fixed-width text table (header + one line per unit)."""
+    rows = [STATUS_HEADER] + status_rows(hosts)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(STATUS_HEADER))]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def status_summary(hosts):
+    """Counts for the JSON form: units active/total, workers ready/total."""
+    units = [u for h in hosts for u in h.get("units") or []]
+    workers = [w for h in hosts for w in h.get("workers") or []]
+    return {
+        "units_total": len(units),
+        "units_active": sum(1 for u in units if u.get("state") == "active"),
+        "workers_total": len(workers),
+        "workers_ready": sum(1 for w in workers if w.get("ready")),
+        "healthy": all(u.get("state") == "active" for u in units) and all(w.get("ready") for w in workers),
+    }
+
+
+def status_json(hosts):
+    return json.dumps({"summary": status_summary(hosts), "hosts": hosts}, indent=2, sort_keys=True, default=str)

@@ -1,0 +1,165 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright: contributors to kvshare.dynamo
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: dynamo_stack_status
+short_description: Read-only status of one host of a Dynamo stack (units, workers, hit rates)
+description:
+  - Reads the state of the given systemd units (C(systemctl show)), and for every given worker
+    its instance id (from the C(worker_id) label of its C(DYN_SYSTEM_PORT) C(/metrics), cross-checked
+    with its pinned request-plane port), whether the frontend lists it among its generate
+    instances (C(GET /health?instances=true)), its system server's C(/health), and its external
+    prefix-cache hit rate so far (C(vllm:external_prefix_cache_hits_total) /
+    C(vllm:external_prefix_cache_queries_total); none for mockers).
+  - A worker is B(ready) when it is registered with the frontend and its system C(/health)
+    answers HTTP 200. No request is sent to any engine; nothing changes.
+version_added: "0.2.0"
+author:
+  - kvshare.dynamo contributors
+options:
+  frontend_url:
+    description: Base URL of the Dynamo frontend (empty string skips the registration check).
+    type: str
+    default: ""
+  units:
+    description: systemd units to report (e.g. C(etcd.service), C(dynamo-frontend.service)).
+    type: list
+    elements: str
+    default: []
+  workers:
+    description:
+      - This host's workers, as declared in C(dynamo_workers) (C(name), C(system_port), optional
+        C(rpc_port) and C(gpus) are read; other keys are ignored).
+    type: list
+    elements: dict
+    default: []
+  address:
+    description: The address the workers' system servers listen on (C(kvshare_bind_address)).
+    type: str
+    default: 127.0.0.1
+  timeout:
+    description: Per-request timeout in seconds.
+    type: float
+    default: 5.0
+"""
+
+EXAMPLES = r"""
+- name: Read this host's part of the stack
+  kvshare.dynamo.dynamo_stack_status:
+    frontend_url: http://10.1.0.10:8000
+    units: [etcd.service, dynamo-worker@w0.service]
+    address: 10.1.0.11
+    workers: "{{ dynamo_workers }}"
+  register: status
+"""
+
+RETURN = r"""
+units:
+  description: One entry per unit, C({unit, state, sub_state}); state is systemd's ActiveState.
+  type: list
+  returned: always
+workers:
+  description:
+    - One entry per worker, C({name, gpu, unit, unit_state, instance_id (string), registered,
+      health, ready, queries, hits, hit_rate, error}).
+  type: list
+  returned: always
+frontend_error:
+  description: Why the frontend's instance list could not be read, or null.
+  type: str
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.kvshare.dynamo.plugins.module_utils import day2, dynamo_http
+
+
+def unit_states(run_command, units):
+    out = []
+    for unit in units:
+        rc, stdout, _err = run_command(["systemctl", "show", "--property=ActiveState,SubState,LoadState", unit])
+        props = dict(line.split("=", 1) for line in stdout.splitlines() if "=" in line) if rc == 0 else {}
+        state = props.get("ActiveState", "unknown")
+        if props.get("LoadState") == "not-found":
+            state = "not-found"
+        out.append({"unit": unit, "state": state, "sub_state": props.get("SubState", "")})
+    return out
+
+
+def worker_targets(workers, address):
+    """dynamo_workers entries -> {name, system_url, rpc_port, gpu}."""
+    out = []
+    for worker in workers:
+        gpus = worker.get("gpus") or []
+        if isinstance(gpus, (str, int)):
+            gpus = [gpus]
+        out.append({"name": str(worker["name"]), "system_url": "http://%s:%d" % (address, int(worker["system_port"])),
+                    "rpc_port": int(worker["rpc_port"]) if worker.get("rpc_port") else None,
+                    "gpu": ",".join(str(g) for g in gpus)})
+    return out
+
+
+def worker_status(worker, instances, frontend_error, timeout):
+    system_url = worker["system_url"]
+    entry = {"name": worker["name"], "gpu": worker.get("gpu") or "", "unit": "dynamo-worker@%s.service" % worker["name"],
+             "instance_id": None, "registered": False, "health": None, "ready": False,
+             "queries": None, "hits": None, "hit_rate": None, "error": None}
+    res = dynamo_http.get(dynamo_http.join_url(system_url, "/metrics"), timeout)
+    metrics_text = res.text if res.ok else None
+    if metrics_text is None:
+        entry["error"] = "worker /metrics at %s: %s" % (system_url, res.describe())
+    else:
+        entry.update(day2.hit_rate(metrics_text))
+    mapping = dynamo_http.map_worker(system_url, instances or [], timeout, rpc_port=worker.get("rpc_port"),
+                                     metrics_text=metrics_text) if metrics_text is not None else None
+    if mapping is not None:
+        if mapping.instance_id is not None:
+            entry["instance_id"] = str(mapping.instance_id)
+            entry["registered"] = bool(instances is not None and mapping.registered)
+        else:
+            entry["error"] = mapping.error
+    health = dynamo_http.get(dynamo_http.join_url(system_url, "/health"), timeout)
+    entry["health"] = health.status
+    entry["ready"] = bool(entry["registered"] and health.status == 200)
+    if entry["error"] is None and not entry["ready"]:
+        entry["error"] = frontend_error if instances is None and frontend_error else (
+            "not registered with the frontend" if not entry["registered"] else "system /health: %s" % health.describe())
+    return entry
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            frontend_url=dict(type="str", default=""),
+            units=dict(type="list", elements="str", default=[]),
+            workers=dict(type="list", elements="dict", default=[]),
+            address=dict(type="str", default="127.0.0.1"),
+            timeout=dict(type="float", default=5.0),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    instances, frontend_error = None, None
+    if p["frontend_url"] and p["workers"]:
+        _res, instances, frontend_error = dynamo_http.fetch_instances(p["frontend_url"], p["timeout"])
+    units = unit_states(module.run_command, p["units"])
+    try:
+        targets = worker_targets(p["workers"], p["address"])
+    except (KeyError, TypeError, ValueError) as exc:
+        module.fail_json(msg="workers: each needs name and system_port: %s" % exc)
+    workers = [worker_status(w, instances, frontend_error, p["timeout"]) for w in targets]
+    state = dict((u["unit"], u["state"]) for u in units)
+    for w in workers:
+        w["unit_state"] = state.get(w["unit"], "")
+    module.exit_json(changed=False, units=units, workers=workers, frontend_error=frontend_error)
+
+
+if __name__ == "__main__":
+    main()

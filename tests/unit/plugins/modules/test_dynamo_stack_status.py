@@ -1,0 +1,83 @@
+"""dynamo_stack_status against local http.servers serving captured Dynamo answers (no urllib mocks)."""
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from dynamo_fixture_server import FakeSite, Reply, fixture_text, json_reply  # noqa: E402
+
+from ansible.module_utils.testing import patch_module_args  # noqa: E402
+from ansible_collections.kvshare.dynamo.plugins.modules import dynamo_stack_status as dss  # noqa: E402
+
+VLLM_A_ID = 3496660461086300990  # worker_id 3086a229cb33db3e, request plane :28091
+
+
+def worker_site(metrics="vllm_worker_metrics_full.txt", health_status=200):
+    def handler(method, path, body):
+        if path == "/metrics":
+            return Reply(200, fixture_text(metrics), "text/plain; version=0.0.4")
+        return json_reply(fixture_text("worker_health_vllm_ready.json"), health_status)
+    return FakeSite(handler)
+
+
+def frontend_site(page="frontend_health_instances.json"):
+    return FakeSite(lambda method, path, body: json_reply(fixture_text(page)))
+
+
+@pytest.fixture
+def sites():
+    made = []
+    yield made
+    for s in made:
+        s.close()
+
+
+def test_worker_targets_from_inventory_entries():
+    got = dss.worker_targets([{"name": "w0", "engine": "vllm", "system_port": 18081, "rpc_port": 19081, "gpus": ["0", "1"]},
+                              {"name": "m0", "system_port": "18082", "gpus": 3}], "10.0.0.2")
+    assert got == [{"name": "w0", "system_url": "http://10.0.0.2:18081", "rpc_port": 19081, "gpu": "0,1"},
+                   {"name": "m0", "system_url": "http://10.0.0.2:18082", "rpc_port": None, "gpu": "3"}]
+
+
+def test_unit_states_from_systemctl_show():
+    answers = {"etcd.service": (0, "ActiveState=active\nSubState=running\nLoadState=loaded\n", ""),
+               "gone.service": (0, "ActiveState=inactive\nSubState=dead\nLoadState=not-found\n", ""),
+               "err.service": (1, "", "boom")}
+    got = dss.unit_states(lambda argv: answers[argv[-1]], ["etcd.service", "gone.service", "err.service"])
+    assert [(u["unit"], u["state"]) for u in got] == [("etcd.service", "active"), ("gone.service", "not-found"),
+                                                      ("err.service", "unknown")]
+
+
+def test_registered_worker_is_ready_with_hit_rate(sites):
+    worker, frontend = worker_site(), frontend_site()
+    sites += [worker, frontend]
+    _res, instances, err = dss.dynamo_http.fetch_instances(frontend.url, 5)
+    got = dss.worker_status({"name": "a", "system_url": worker.url, "rpc_port": 28091, "gpu": "0"}, instances, err, 5)
+    assert got["instance_id"] == str(VLLM_A_ID) and got["registered"] and got["ready"] and got["health"] == 200
+    assert got["queries"] is not None and got["error"] is None
+
+
+def test_unhealthy_or_unregistered_worker_is_not_ready(sites):
+    worker, frontend = worker_site(health_status=503), frontend_site()
+    sites += [worker, frontend]
+    _res, instances, err = dss.dynamo_http.fetch_instances(frontend.url, 5)
+    got = dss.worker_status({"name": "a", "system_url": worker.url, "rpc_port": 28091, "gpu": "0"}, instances, err, 5)
+    assert got["registered"] and not got["ready"] and "503" in got["error"]
+    got = dss.worker_status({"name": "a", "system_url": worker.url, "rpc_port": 28091, "gpu": "0"}, None,
+                            "frontend /health: connection refused", 5)
+    assert not got["registered"] and not got["ready"] and "connection refused" in got["error"]
+
+
+def test_main_is_read_only(sites, capsys):
+    worker, frontend = worker_site(), frontend_site()
+    sites += [worker, frontend]
+    host, port = worker.url.rsplit("/", 1)[-1].split(":")
+    args = {"frontend_url": frontend.url, "units": [], "address": host,
+            "workers": [{"name": "a", "system_port": int(port), "rpc_port": 28091, "gpus": ["0"], "engine": "vllm"}]}
+    with patch_module_args(args):
+        with pytest.raises(SystemExit):
+            dss.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["changed"] is False and out["workers"][0]["ready"] and out["workers"][0]["gpu"] == "0"
