@@ -30,6 +30,8 @@ POOL_HOST_DIR = os.path.join(FAULTS_DIR, "kvpool")
 SENTINEL_KEY = "kvshare/faults/sentinel"
 MARU_SECRET = "/var/lib/maru-resourced/secret"
 POLL = 0.5
+# Not running: a vLLM worker whose engine processes outlive SIGKILL for TimeoutStopSec ends "failed".
+STOPPED = ("inactive", "failed", "unknown")
 LOG_DIR = os.path.join(FAULTS_DIR, "logs")
 _RUNS = []
 _HOSTS = {}

@@ -6,17 +6,30 @@ lines and the whole body), the Maru RM `secret` (raw, hex, base64) and the HF to
 import base64
 import glob
 import os
+import re
 import secrets
 import stat
+import subprocess
 
 import faultlib as F
 
 
 def _pem_needles(path):
+    """The private parts of a key: its PEM lines that are not public-key material (an EC key's PEM
+    ends with its public key, which x509_certificate_info rightly prints), the whole body, and
+    the private scalar in hex."""
     with open(path) as handle:
         body = [line.strip() for line in handle if line.strip() and not line.startswith("-----")]
-    # Each base64 line of the key (at least 16 chars, so it cannot match by chance) and the whole body.
-    return [line for line in body if len(line) >= 16] + ["".join(body)]
+    public = subprocess.run(["openssl", "pkey", "-in", path, "-pubout"], check=True, capture_output=True,
+                            text=True).stdout.replace("\n", "")
+    text = subprocess.run(["openssl", "pkey", "-in", path, "-noout", "-text"], check=True, capture_output=True,
+                          text=True).stdout
+    priv = re.search(r"priv:\s*\n((?:\s+[0-9a-f:]+\n)+)", text)
+    needles = [line for line in body if len(line) >= 16 and line not in public] + ["".join(body)]
+    if priv:
+        scalar = re.sub(r"[\s:]", "", priv.group(1))
+        needles += [scalar, str(int(scalar, 16))]
+    return needles
 
 
 def test_secrets_never_printed_and_files_private(stack, record):
