@@ -20,7 +20,9 @@ import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-STEPS_FILE = os.path.join(REPO, "inventories", "sandbox", "group_vars", "dynamo.yml")
+# KVSHARE_WHEELHOUSE_STEPS: another YAML file with dynamo_runtime_pip_steps (e.g. a sandbox copy's
+# pins); its recipe stamp is kept apart so several step files can fill one wheelhouse.
+STEPS_FILE = os.environ.get("KVSHARE_WHEELHOUSE_STEPS") or os.path.join(REPO, "inventories", "sandbox", "group_vars", "dynamo.yml")
 SHIM_NAME = "kvshare-sandbox-cpu-shims"
 SHIM_VERSION = "1.0.0"
 
@@ -66,7 +68,8 @@ def main():
                               check=True, capture_output=True, text=True).stdout.strip()
     recipe = hashlib.sha256(json.dumps(steps, sort_keys=True).encode() + image_id.encode()
                             + open(os.path.join(HERE, "cpu-shims", "_tv_cpu_shim.py"), "rb").read()).hexdigest()[:16]
-    stamp = os.path.join(dest, ".kvshare-recipe")
+    stamp = os.path.join(dest, ".kvshare-recipe" + ("-" + os.path.basename(STEPS_FILE)
+                                                    if os.environ.get("KVSHARE_WHEELHOUSE_STEPS") else ""))
     if os.path.exists(stamp) and open(stamp).read().strip() == recipe:
         print(f"wheelhouse {dest} is current (recipe {recipe})")
         return 0

@@ -1,0 +1,77 @@
+"""status.yml (table + JSON) and the Prometheus file_sd targets, scraped for real."""
+import json
+import os
+import re
+import ssl
+import urllib.request
+
+import d2lib as D
+
+
+def test_status_table_and_json(stack, record):
+    report = os.path.join(D.DAY2_DIR, "status.json")
+    res, took = D.playbook("playbooks/status.yml", "-e", "status_report=%s" % report)
+    D.must(res, "status.yml")
+    recap = re.findall(r"^(sb\d)\s+: ok=\d+\s+changed=(\d+)", res.stdout, re.M)
+    assert len(recap) == 3 and all(n == "0" for _, n in recap), "status.yml changed a host: %s" % recap
+    with open(report) as fh:
+        doc = json.load(fh)
+    ids = D.instances(stack)
+    workers = {"%s/%s" % (h["host"], w["name"]): w for h in doc["hosts"] for w in h["workers"]}
+    assert set(workers) == set(stack.workers())
+    for key, worker in workers.items():
+        assert worker["ready"], (key, worker)
+        assert int(worker["instance_id"]) in ids[key], (key, worker["instance_id"], ids.get(key))
+        assert worker["gpu"] == ",".join(stack.workers()[key][1]["gpus"])
+        assert worker["hit_rate"] is None  # mockers export no external prefix-cache counters
+    units = [(h["host"], u["unit"], u["state"]) for h in doc["hosts"] for u in h["units"]]
+    assert all(state == "active" for _, _, state in units), units
+    assert {("sb1", "dynamo-frontend.service"), ("sb2", "maru-server.service"), ("sb3", "etcd.service")} <= set(
+        (h, u) for h, u, _ in units)
+    assert doc["summary"]["healthy"] and doc["summary"]["workers_ready"] == len(workers)
+    # The table: one line per unit, every worker with its instance id.
+    for key, worker in workers.items():
+        assert worker["instance_id"] in res.stdout
+    record.update({"units": len(units), "workers_ready": doc["summary"]["workers_ready"], "seconds": round(took, 1)})
+    # JSON on stdout too.
+    res, _ = D.playbook("playbooks/status.yml", "-e", "status_format=json", log="status-json")
+    D.must(res, "status.yml -e status_format=json")
+    assert '"workers_ready": %d' % len(workers) in res.stdout
+
+
+def _get(url, context=None):
+    with urllib.request.urlopen(url, timeout=10, context=context) as resp:
+        return resp.status, resp.read().decode()
+
+
+def test_prometheus_file_sd_targets_scrape(stack, record):
+    sd_dir = os.path.join(D.DAY2_DIR, "prometheus")
+    res, _ = D.playbook("playbooks/prometheus_targets.yml", "-e", "prometheus_sd_dir=%s" % sd_dir)
+    D.must(res, "prometheus_targets.yml")
+    jobs = {}
+    for name in ("dynamo-frontend", "dynamo-worker", "etcd", "maru"):
+        with open(os.path.join(sd_dir, name + ".json")) as fh:
+            jobs[name] = json.load(fh)
+    assert len(jobs["dynamo-frontend"]) == 1 and len(jobs["etcd"]) == 3 and jobs["maru"] == []
+    assert len(jobs["dynamo-worker"]) == len(stack.workers())
+    for group in [g for groups in jobs.values() for g in groups]:
+        assert {"host", "worker", "gpu", "pool", "cluster"} <= set(group["labels"])
+    workers = {(g["labels"]["host"], g["labels"]["worker"]): g for g in jobs["dynamo-worker"]}
+    assert workers[("sb2", "mock-c")]["labels"]["gpu"] == "0"
+    scraped = 0
+    status, text = _get("http://%s/metrics" % jobs["dynamo-frontend"][0]["targets"][0])
+    assert status == 200 and "dynamo_frontend_" in text
+    scraped += 1
+    for group in jobs["dynamo-worker"]:
+        status, text = _get("http://%s/metrics" % group["targets"][0])
+        assert status == 200 and "dynamo_component_" in text, group
+        scraped += 1
+    # etcd: /metrics on the client port needs TLS and a client certificate of the etcd CA.
+    pki = os.path.join(D.DAY2_DIR, "pki", "kvshare")
+    ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.pem"))
+    ctx.load_cert_chain(os.path.join(pki, "client-sb1.pem"), os.path.join(pki, "client-sb1-key.pem"))
+    for group in jobs["etcd"]:
+        status, text = _get("https://%s/metrics" % group["targets"][0], ctx)
+        assert status == 200 and "etcd_server_has_leader 1" in text, group
+        scraped += 1
+    record.update({"targets_scraped": scraped})

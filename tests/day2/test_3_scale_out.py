@@ -1,0 +1,49 @@
+"""Scale-out: a worker, then a host, added to the inventory; site.yml starts only the new ones."""
+import d2lib as D
+from sandbox_copy import mocker
+
+
+def _untouched(before_units, before_ids, inv):
+    after_units, after_ids = D.worker_units(inv), D.wait_all_serving(inv)
+    for key, b in before_units.items():
+        a = after_units[key]
+        assert (a["enter"], a["pid"]) == (b["enter"], b["pid"]), "%s was restarted: %s -> %s" % (key, b, a)
+        assert after_ids[key] == before_ids[key], "%s changed instance id" % key
+    return after_ids
+
+
+def test_scale_out_worker_then_host(stack, record):
+    inv = D.Inv()
+    before_units, before_ids = D.worker_units(inv), D.wait_all_serving(inv)
+    try:
+        # A worker on an existing host (sb3, a third GPU).
+        D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]})
+        inv = D.Inv()
+        res, took_worker = D.playbook("site.yml", log="scale-out-worker")
+        D.must(res, "site.yml (worker added)")
+        after = _untouched(before_units, before_ids, inv)
+        assert "sb3/mock-e" in after
+        kept_worker = {k: str(v) for k, v in before_ids.items()}
+        # A new host (sb4) with one worker: created, then site.yml.
+        before_units, before_ids = D.worker_units(inv), dict(after)
+        D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]}, extra_host=True)
+        inv = D.Inv()
+        res, _ = D.playbook("sandbox/create.yml", "--limit", "sb4", log="scale-out-create-sb4")
+        D.must(res, "sandbox/create.yml --limit sb4")
+        res, took_host = D.playbook("site.yml", log="scale-out-host")
+        D.must(res, "site.yml (host added)")
+        after = _untouched(before_units, before_ids, inv)
+        assert "sb4/mock-e" in after
+        record.update({"kept_on_worker_add": kept_worker, "kept_on_host_add": {k: str(v) for k, v in before_ids.items()},
+                       "new": {k: str(after[k]) for k in ("sb3/mock-e", "sb4/mock-e")},
+                       "site_worker_s": round(took_worker, 1), "site_host_s": round(took_host, 1)})
+    finally:
+        # Back to three hosts: sb4 removed (its worker stopped first), mock-e pruned by site.yml.
+        D.playbook("playbooks/teardown.yml", "--limit", "sb4", log="scale-out-teardown-sb4")
+        D.playbook("sandbox/destroy.yml", "--limit", "sb4", log="scale-out-destroy-sb4")
+        D.make_copy()
+        res, _ = D.playbook("site.yml", log="scale-out-back")
+        D.must(res, "site.yml (back to the base inventory)")
+    inv = D.Inv()
+    assert set(D.wait_all_serving(inv)) == set(inv.workers())
+    assert "mock-e" not in D.sh("sb3", "ls /etc/dynamo/workers")
