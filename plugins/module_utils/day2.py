@@ -11,7 +11,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
-from ansible_collections.kvshare.dynamo.plugins.module_utils.workers import gpu_key, pool_id, start_waves
+from ansible_collections.kvshare.dynamo.plugins.module_utils.workers import gpu_groups, gpu_key, pool_id, start_waves
 
 RESTART_UNITS = ("worker", "gpu")
 
@@ -19,32 +19,6 @@ RESTART_UNITS = ("worker", "gpu")
 # ---------------------------------------------------------------------------
 # rolling restart
 # ---------------------------------------------------------------------------
-
-def gpu_groups(workers):
-    """Workers grouped by shared GPUs (directly or through a chain), in inventory order.
-
-    Workers without GPUs each form their own group. Returns a list of lists of worker dicts.
-    """
-    parent = list(range(len(workers)))
-
-    def find(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    owner = {}
-    for idx, worker in enumerate(workers):
-        for gpu in gpu_key(worker):
-            if gpu in owner:
-                parent[find(idx)] = find(owner[gpu])
-            else:
-                owner[gpu] = idx
-    groups = {}
-    for idx in range(len(workers)):
-        groups.setdefault(find(idx), []).append(workers[idx])
-    return sorted(groups.values(), key=lambda g: workers.index(g[0]))
-
 
 def restart_groups(workers, unit="worker", names=None):
     """The steps of a rolling restart of `workers` (restricted to `names` when given).

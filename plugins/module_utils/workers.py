@@ -19,14 +19,9 @@ def gpu_key(worker):
     return tuple(str(g) for g in gpus)
 
 
-def start_waves(workers):
-    """Group workers into start waves.
-
-    Workers that share a GPU (directly or through a chain of shared GPUs) must start one after
-    another: concurrent vLLM memory profiling on one GPU races to a negative KV budget. Workers
-    on disjoint GPUs start together. Wave k holds the k-th worker of every GPU group, in
-    inventory order. Workers without GPUs each form their own group.
-    """
+def gpu_groups(workers):
+    """Workers grouped by shared GPUs (directly or through a chain of shared GPUs), in inventory
+    order. Workers without GPUs each form their own group. Returns lists of worker mappings."""
     parent = list(range(len(workers)))
 
     def find(i):
@@ -44,10 +39,21 @@ def start_waves(workers):
                 owner[gpu] = idx
     groups = {}
     for idx in range(len(workers)):
-        groups.setdefault(find(idx), []).append(workers[idx]["name"])
-    ordered = sorted(groups.values(), key=lambda names: [w["name"] for w in workers].index(names[0]))
-    depth = max((len(g) for g in ordered), default=0)
-    return [[g[k] for g in ordered if k < len(g)] for k in range(depth)]
+        groups.setdefault(find(idx), []).append(workers[idx])
+    return sorted(groups.values(), key=lambda group: workers.index(group[0]))
+
+
+def start_waves(workers):
+    """Group workers into start waves.
+
+    Workers that share a GPU (directly or through a chain of shared GPUs) must start one after
+    another: concurrent vLLM memory profiling on one GPU races to a negative KV budget. Workers
+    on disjoint GPUs start together. Wave k holds the k-th worker of every GPU group, in
+    inventory order. Workers without GPUs each form their own group.
+    """
+    groups = [[w["name"] for w in group] for group in gpu_groups(workers)]
+    depth = max((len(g) for g in groups), default=0)
+    return [[g[k] for g in groups if k < len(g)] for k in range(depth)]
 
 
 def kv_transfer_config(worker):
