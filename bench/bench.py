@@ -256,7 +256,8 @@ def fmt(value, spec="%.2f"):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=2, help="runs per figure (median)")
-    ap.add_argument("--skip-scaling", action="store_true", help="skip the 1/2/4/8-worker table")
+    ap.add_argument("--skip-scaling", action="store_true", help="skip the worker-count table")
+    ap.add_argument("--scaling", default="1,2,4,8", help="worker counts for the scaling table")
     args = ap.parse_args()
     res = {"runs": args.runs}
     print("== P1/P2: floor, warm rollout, idempotent re-run (%d runs each)" % args.runs, flush=True)
@@ -270,6 +271,8 @@ def main():
         warm.append(playbook("site.yml")[0])
         rerun.append(playbook("site.yml")[0])
     res.update(floor_s=median(floor), warm_rollout_s=median(warm), rerun_s=median(rerun))
+    print("   floor %.1f s, warm rollout %.1f s, re-run %.1f s" % (res["floor_s"], res["warm_rollout_s"], res["rerun_s"]),
+          flush=True)
     print("== P3: mocker workers on one host", flush=True)
     mock_host = next(h for h in WORKER_HOSTS if all(w["engine"] == "mocker" for w in worker_list(h)))
     other_host = next(h for h in WORKER_HOSTS if h != mock_host)
@@ -279,10 +282,11 @@ def main():
             worker_phase({mock_host: []})
             p3[key].append(worker_phase({mock_host: layout}))
     res["p3"] = {k: median(v) for k, v in p3.items()}
+    print("   worker phase: %s" % json.dumps(res["p3"]), flush=True)
     scaling = {}
     if not args.skip_scaling:
-        print("== scaling: 1, 2, 4, 8 mocker workers, one host and two hosts", flush=True)
-        for n in (1, 2, 4, 8):
+        print("== scaling: %s mocker workers, one host and two hosts" % args.scaling, flush=True)
+        for n in [int(x) for x in args.scaling.split(",")]:
             worker_phase({mock_host: [], other_host: []})
             one = worker_phase({mock_host: mockers(n, True)})
             worker_phase({mock_host: [], other_host: []})
@@ -290,6 +294,7 @@ def main():
             two = worker_phase({mock_host: half[: (n + 1) // 2],
                                 other_host: [dict(w, name=w["name"] + "-b") for w in half[(n + 1) // 2:]]})
             scaling[n] = {"one_host_s": one, "two_hosts_s": two}
+            print("   N=%d: one host %.1f s, two hosts %.1f s" % (n, one, two), flush=True)
         res["scaling"] = scaling
     print("== restoring the inventory's stack", flush=True)
     worker_phase({mock_host: [], other_host: []})
