@@ -70,7 +70,7 @@ def playbook(*args, json_out=False):
     env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", PATH=BIN + os.pathsep + os.environ["PATH"])
     if json_out:
         env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
-        env["ANSIBLE_CALLBACKS_ENABLED"] = ""
+        env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.timer"
     t0 = time.monotonic()
     res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY] + list(args),
                          cwd=REPO, capture_output=True, text=True, env=env)
@@ -180,12 +180,13 @@ def _ts(text):
 
 def wave_seconds(json_stdout):
     """Seconds spent starting and proving workers (wave tasks), from the json callback."""
-    data = json.loads(json_stdout[json_stdout.index("{"):])
+    data, _ = json.JSONDecoder().raw_decode(json_stdout[json_stdout.index("{"):])
     total = 0.0
     for play in data.get("plays", []):
         for task in play.get("tasks", []):
             name = task["task"]["name"]
-            if name.startswith(("Start the workers of wave", "Prove ready (registered")):
+            # Role tasks are named "<role> : <task>".
+            if any(key in name for key in ("Start the workers of wave", "Prove ready (registered")):
                 dur = task["task"].get("duration", {})
                 if dur.get("start") and dur.get("end"):
                     total += _ts(dur["end"]) - _ts(dur["start"])
@@ -245,7 +246,7 @@ def recovery(floor_ready):
     restart_sec = float(ssh(host, "systemctl show -p RestartUSec --value dynamo-worker@%s" % worker["name"])
                         .strip().rstrip("s") or 0)
     # The worker's own start time, from the floor runs (the first worker of its wave starts at ~0).
-    start = median([r["%s/%s" % (host, worker["name"])] for r in floor_ready])
+    start = median([r["%s/%s" % (host, worker["name"])] for r in floor_ready]) if floor_ready else None
     return took, restart_sec, start
 
 
@@ -258,11 +259,12 @@ def main():
     ap.add_argument("--runs", type=int, default=2, help="runs per figure (median)")
     ap.add_argument("--skip-scaling", action="store_true", help="skip the worker-count table")
     ap.add_argument("--scaling", default="1,2,4,8", help="worker counts for the scaling table")
+    ap.add_argument("--skip-rollout", action="store_true", help="skip P1/P2 (and P5's reference start time)")
     args = ap.parse_args()
     res = {"runs": args.runs}
     print("== P1/P2: floor, warm rollout, idempotent re-run (%d runs each)" % args.runs, flush=True)
     warm, floor, rerun, floor_ready = [], [], [], []
-    for _ in range(args.runs):
+    for _ in range(0 if args.skip_rollout else args.runs):
         stop_stack()
         t, ready = floor_start()
         floor.append(t)
@@ -271,8 +273,9 @@ def main():
         warm.append(playbook("site.yml")[0])
         rerun.append(playbook("site.yml")[0])
     res.update(floor_s=median(floor), warm_rollout_s=median(warm), rerun_s=median(rerun))
-    print("   floor %.1f s, warm rollout %.1f s, re-run %.1f s" % (res["floor_s"], res["warm_rollout_s"], res["rerun_s"]),
-          flush=True)
+    if not args.skip_rollout:
+        print("   floor %.1f s, warm rollout %.1f s, re-run %.1f s" % (res["floor_s"], res["warm_rollout_s"],
+                                                                   res["rerun_s"]), flush=True)
     print("== P3: mocker workers on one host", flush=True)
     mock_host = next(h for h in WORKER_HOSTS if all(w["engine"] == "mocker" for w in worker_list(h)))
     other_host = next(h for h in WORKER_HOSTS if h != mock_host)
@@ -309,19 +312,27 @@ def main():
     res["worker_start_s"] = p5[0][2]
 
     base = res["p3"]["1"] or None
+
+    def ratio(a, b):
+        return a / b if a is not None and b else None
+
+    def sec(v):
+        return "-" if v is None else "%.1f s" % v
+
     rows = [
-        ("P1", "warm rollout / floor", res["warm_rollout_s"] / res["floor_s"], "<= 1.2",
-         "%.1f s / %.1f s" % (res["warm_rollout_s"], res["floor_s"])),
-        ("P2", "re-run / warm rollout", res["rerun_s"] / res["warm_rollout_s"], "<= 0.30",
-         "%.1f s / %.1f s" % (res["rerun_s"], res["warm_rollout_s"])),
+        ("P1", "warm rollout / floor", ratio(res["warm_rollout_s"], res["floor_s"]), "<= 1.2",
+         "%s / %s" % (sec(res["warm_rollout_s"]), sec(res["floor_s"]))),
+        ("P2", "re-run / warm rollout", ratio(res["rerun_s"], res["warm_rollout_s"]), "<= 0.30",
+         "%s / %s" % (sec(res["rerun_s"]), sec(res["warm_rollout_s"]))),
         ("P3", "4 workers on 4 GPUs / 1 worker", res["p3"]["4x4gpu"] / base if base else None, "<= 1.3",
          "%.1f s / %.1f s" % (res["p3"]["4x4gpu"], res["p3"]["1"])),
         ("P3", "4 workers on 1 GPU / 1 worker", res["p3"]["4x1gpu"] / base if base else None, "~ 4",
          "%.1f s / %.1f s" % (res["p3"]["4x1gpu"], res["p3"]["1"])),
         ("P4", "verify overhead (s)", res["verify_wall_s"] - res["verify_request_s"], "<= 3 s",
          "%.1f s wall - %.1f s requests" % (res["verify_wall_s"], res["verify_request_s"])),
-        ("P5", "recovery / (RestartSec + start)", res["recovery_s"] / (res["restart_sec"] + res["worker_start_s"]),
-         "~ 1", "%.1f s / (%.1f + %.1f s)" % (res["recovery_s"], res["restart_sec"], res["worker_start_s"])),
+        ("P5", "recovery / (RestartSec + start)",
+         ratio(res["recovery_s"], (res["restart_sec"] + res["worker_start_s"]) if res["worker_start_s"] else None),
+         "~ 1", "%s / (%s + %s)" % (sec(res["recovery_s"]), sec(res["restart_sec"]), sec(res["worker_start_s"]))),
     ]
     res["table"] = [{"id": r[0], "figure": r[1], "value": r[2], "target": r[3], "detail": r[4]} for r in rows]
     print("\n%-3s %-34s %8s  %-8s %s" % ("", "figure", "value", "target", "measured"))
