@@ -1,0 +1,103 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvshare.dynamo developers
+# Apache-2.0 (see galaxy.yml)
+"""Filters for the firewall role (kvshare.dynamo.firewall_*); logic in plugins/module_utils/firewall.py.
+
+The ports come from the variables the service roles use: a host's own (inventory) value, else the
+default in that role's defaults/main.yml, read here from this collection's roles/ directory, so
+no port number is repeated in the firewall role."""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+from ansible.errors import AnsibleError, AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
+
+ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
+_DEFAULTS_CACHE = {}
+
+
+def role_defaults(roles_dir=None):
+    """{variable: default} for the variables of _fw.ROLE_DEFAULT_KEYS, from roles/<role>/defaults/main.yml."""
+    roles_dir = roles_dir or ROLES_DIR
+    if roles_dir not in _DEFAULTS_CACHE:
+        out = {}
+        for role, keys in _fw.ROLE_DEFAULT_KEYS.items():
+            path = os.path.join(roles_dir, role, "defaults", "main.yml")
+            try:
+                with open(path) as fh:
+                    data = yaml.safe_load(fh) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                raise AnsibleFilterError("firewall: cannot read the %s role's defaults (%s): %s" % (role, path, exc))
+            for key in keys:
+                if key not in data:
+                    raise AnsibleFilterError("firewall: %s is no longer a default of the %s role (%s)" % (key, role, path))
+                out[key] = data[key]
+        _DEFAULTS_CACHE[roles_dir] = out
+    return dict(_DEFAULTS_CACHE[roles_dir])
+
+
+class _HostView:
+    """One host's variables, templated on access; a value that cannot be templated (it refers to a
+    fact another play sets, e.g. the kvcr exports in dynamo_workers) is returned raw, so the ports
+    next to it can still be read."""
+
+    def __init__(self, hostvars, host):
+        self._hostvars = hostvars
+        self._host = host
+        self._vars = hostvars[host]
+
+    def __contains__(self, key):
+        return key in self._vars
+
+    def __getitem__(self, key):
+        try:
+            return self._vars[key]
+        except AnsibleError:
+            raw_get = getattr(self._hostvars, "raw_get", None)
+            if raw_get is None:
+                raise
+            return raw_get(self._host)[key]
+
+
+class _HostVarsView:
+    def __init__(self, hostvars):
+        self._hostvars = hostvars
+
+    def __getitem__(self, host):
+        if host not in self._hostvars:
+            raise KeyError(host)
+        return _HostView(self._hostvars, host)
+
+
+def firewall_plan(hostvars, host, groups, options):
+    """The firewall plan of ``host`` (see module_utils.firewall.host_plan)."""
+    try:
+        return _fw.host_plan(str(host), dict(groups), _HostVarsView(hostvars), dict(options or {}), role_defaults())
+    except _fw.FirewallError as exc:
+        raise AnsibleFilterError(str(exc))
+
+
+def firewall_port_table(plan):
+    """{"tcp/2379": [sources]} of a plan."""
+    return _fw.port_table(plan)
+
+
+def firewall_ssh_lockout_error(ssh_connection, ssh_port, ssh_sources, host):
+    return _fw.ssh_lockout_error(ssh_connection, ssh_port, ssh_sources, host)
+
+
+def firewall_local_port_range_error(proc_text, dynamic_port_range, host):
+    return _fw.local_port_range_error(proc_text, dynamic_port_range, host)
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "firewall_plan": firewall_plan,
+            "firewall_port_table": firewall_port_table,
+            "firewall_ssh_lockout_error": firewall_ssh_lockout_error,
+            "firewall_local_port_range_error": firewall_local_port_range_error,
+        }

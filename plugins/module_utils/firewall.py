@@ -1,0 +1,583 @@
+# -*- coding: utf-8 -*-
+# Copyright: kvshare.dynamo developers
+# Apache-2.0 (see galaxy.yml)
+"""Host firewall plan for the firewall role: which ports each host needs, from which sources.
+
+Stdlib only. Used on the controller by the ``kvshare.dynamo.firewall_*`` filters; no module
+ships it to a host.
+
+Every port comes from the variables the service roles already use (host or group variables of
+the inventory, else the service role's own default, read from its ``defaults/main.yml`` by the
+filter and passed in as ``role_defaults``); nothing here repeats a port number, except the
+perftest default (``ib_write_bw`` has no variable for it in rdma_ucx).
+
+Sources are the service hosts' addresses (``kvshare_bind_address``, else the host's default IPv4
+fact) plus the operator's CIDRs:
+
+=====================================  ==========================================  =============================
+port (variable)                        on hosts of                                 from
+=====================================  ==========================================  =============================
+firewall_ssh_port                      every host                                  firewall_ssh_sources
+etcd_client_port                       etcd_group_name (etcd)                      cluster + metrics sources
+etcd_peer_port                         etcd_group_name                             the members' etcd_address
+dynamo_frontend_http_port              dynamo_frontend                             cluster + frontend + metrics
+dynamo_workers[*].system_port          dynamo_workers                              cluster + metrics sources
+dynamo_workers[*].rpc_port             dynamo_workers                              Dynamo hosts
+firewall_dynamic_port_range            dynamo_frontend, dynamo_workers, kvcr       Dynamo hosts
+maru_pool_rm_port, maru_pool_server_port  maru_pool                                worker hosts + pool hosts
+kvcr_control_port                      kvcr_group_name (kvcr)                      KVCR hosts
+kvcr_state_agent_system_port           kvcr hosts running the state agent          cluster + metrics sources
+kvcr_kv_events_port                    kvcr                                        nobody (loopback only)
+perftest port (ib_write_bw, 18515)     a host named by rdma_ucx_bw_server          the rdma_ucx_bw_test clients
+firewall_extra_ports[*]                every host that sets them                   their sources, else cluster
+=====================================  ==========================================  =============================
+
+"cluster" = every host of the service groups (etcd, dynamo_frontend, dynamo_workers, maru_pool,
+kvcr, rdma_ucx); "Dynamo hosts" = dynamo_frontend + dynamo_workers + kvcr.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+__all__ = [
+    "ROLE_DEFAULT_KEYS",
+    "KVCR_STATE_AGENT_DEFAULT",
+    "PERFTEST_DEFAULT_PORT",
+    "FirewallError",
+    "parse_port",
+    "parse_port_range",
+    "parse_sources",
+    "host_plan",
+    "port_table",
+    "ssh_lockout_error",
+    "local_port_range_error",
+]
+
+# The variables of the other roles this plan reads, per role: a host's own value wins, else the
+# role default (from roles/<role>/defaults/main.yml).
+ROLE_DEFAULT_KEYS = {
+    "etcd": ("etcd_group_name", "etcd_client_port", "etcd_peer_port"),
+    "dynamo_frontend": ("dynamo_frontend_http_port",),
+    "maru_pool": ("maru_pool_rm_port", "maru_pool_server_port"),
+    "kvcr": ("kvcr_group_name", "kvcr_control_port", "kvcr_kv_events_port", "kvcr_state_agent_system_port",
+             "kvcr_state_agent_enabled"),
+    "rdma_ucx": ("rdma_ucx_bw_test", "rdma_ucx_bw_server", "rdma_ucx_bw_extra_args"),
+}
+# The kvcr role's default for kvcr_state_agent_enabled, evaluated here as "slot 0 runs the agent".
+# The filter refuses to go on when the role's default no longer reads like this.
+KVCR_STATE_AGENT_DEFAULT = "{{ (kvcr_cache_slot | string) == '0' }}"
+# ib_write_bw's out-of-band TCP port when rdma_ucx_bw_extra_args does not pass -p/--port.
+PERFTEST_DEFAULT_PORT = 18515
+
+# Groups the site.yml plays use by name.
+FRONTEND_GROUP = "dynamo_frontend"
+WORKERS_GROUP = "dynamo_workers"
+MARU_GROUP = "maru_pool"
+RDMA_GROUP = "rdma_ucx"
+
+PROTOS = ("tcp", "udp")
+POLICIES = ("drop", "accept")
+LOOPBACK_MODES = ("interface", "localhost")
+_TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
+_RANGE_RE = re.compile(r"^\s*([0-9]+)\s*-\s*([0-9]+)\s*$")
+_COMMENT_BAD = re.compile(r"[^A-Za-z0-9 ._:/()\[\],+='-]")
+_MISSING = object()
+
+
+class FirewallError(ValueError):
+    """An input the plan cannot be built from; the message names the variable and the host."""
+
+
+# ---------------------------------------------------------------------------
+# small parsers
+# ---------------------------------------------------------------------------
+
+def parse_port(value):
+    """An int in 1-65535 (ints or digit strings; bools refused), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        port = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        port = int(value.strip())
+    else:
+        return None
+    return port if 1 <= port <= 65535 else None
+
+
+def parse_port_range(value):
+    """A port or "lo-hi" -> (lo, hi) with 1 <= lo <= hi <= 65535, else None."""
+    port = parse_port(value)
+    if port is not None:
+        return (port, port)
+    if not isinstance(value, str):
+        return None
+    match = _RANGE_RE.match(value)
+    if not match:
+        return None
+    lo, hi = parse_port(match.group(1)), parse_port(match.group(2))
+    if lo is None or hi is None or lo > hi:
+        return None
+    return (lo, hi)
+
+
+def parse_sources(values, variable, host):
+    """A list of IPv4/IPv6 addresses or CIDRs -> ([ip_network], [errors])."""
+    if not isinstance(values, (list, tuple)):
+        return [], ["%s on %s: must be a list of addresses or CIDRs (got %s %r)"
+                    % (variable, host, type(values).__name__, values)]
+    nets, errors = [], []
+    for pos, value in enumerate(values):
+        if not isinstance(value, str) or not value.strip():
+            errors.append("%s[%d] on %s: %r is not an address or CIDR" % (variable, pos, host, value))
+            continue
+        try:
+            nets.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            errors.append("%s[%d] on %s: %r is not an IPv4/IPv6 address or CIDR" % (variable, pos, host, value))
+    return nets, errors
+
+
+def _truthy(value):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)):
+        return value != 0
+    return str(value).strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+def _port_text(lo, hi):
+    return str(lo) if lo == hi else "%d-%d" % (lo, hi)
+
+
+def _merge_ranges(ranges):
+    out = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return out
+
+
+def _nft_addr(net):
+    return str(net.network_address) if net.prefixlen == net.max_prefixlen else str(net)
+
+
+def _minimal(nets):
+    """Distinct networks, none inside another (nft refuses overlapping set elements), sorted."""
+    kept = []
+    for net in sorted(set(nets), key=lambda n: (n.prefixlen, n)):
+        if not any(net.subnet_of(k) for k in kept):
+            kept.append(net)
+    return sorted(kept)
+
+
+def _comment(text):
+    return _COMMENT_BAD.sub("_", str(text))[:120]
+
+
+# ---------------------------------------------------------------------------
+# inventory access
+# ---------------------------------------------------------------------------
+
+class _Inventory:
+    """Reads variables of inventory hosts: the host's own value, else the role default."""
+
+    def __init__(self, hostvars, groups, role_defaults):
+        self.hostvars = hostvars
+        self.groups = groups
+        self.defaults = role_defaults or {}
+
+    def group(self, name):
+        members = self.groups.get(name) if name else None
+        return list(members or [])
+
+    def has(self, host, key):
+        try:
+            return key in self.hostvars[host]
+        except KeyError:
+            return False
+
+    def own(self, host, key, default=_MISSING):
+        if self.has(host, key):
+            return self.hostvars[host][key]
+        return default
+
+    def var(self, host, key):
+        value = self.own(host, key)
+        if value is _MISSING:
+            if key not in self.defaults:
+                raise FirewallError("%s on %s: not set and no role default known" % (key, host))
+            value = self.defaults[key]
+        return value
+
+    def address(self, host):
+        """The host's service address: kvshare_bind_address, else its default IPv4 fact."""
+        value = self.own(host, "kvshare_bind_address", None)
+        if value in (None, ""):
+            facts = self.own(host, "ansible_facts", None) or {}
+            value = ((facts.get("default_ipv4") or {}) if hasattr(facts, "get") else {}).get("address")
+        if value in (None, ""):
+            raise FirewallError("kvshare_bind_address of %s: unknown (not set, no facts gathered)" % host)
+        try:
+            return ipaddress.ip_network(str(value).strip(), strict=False)
+        except ValueError:
+            raise FirewallError("kvshare_bind_address of %s: %r is not an IP address" % (host, value))
+
+    def etcd_address(self, host):
+        value = self.own(host, "etcd_address", None)
+        if value in (None, ""):
+            return self.address(host)
+        try:
+            return ipaddress.ip_network(str(value).strip(), strict=False)
+        except ValueError:
+            raise FirewallError("etcd_address of %s: %r is not an IP address" % (host, value))
+
+
+class _Sources:
+    """A set of sources: networks, or 'any' per address family."""
+
+    def __init__(self, nets=()):
+        self.nets = []
+        self.any4 = self.any6 = False
+        self.add(nets)
+
+    def add(self, nets):
+        for net in nets:
+            if net.prefixlen == 0:
+                if net.version == 4:
+                    self.any4 = True
+                else:
+                    self.any6 = True
+            else:
+                self.nets.append(net)
+        return self
+
+    def v4(self):
+        return [] if self.any4 else _minimal(n for n in self.nets if n.version == 4)
+
+    def v6(self):
+        return [] if self.any6 else _minimal(n for n in self.nets if n.version == 6)
+
+    def empty(self):
+        return not (self.any4 or self.any6 or self.nets)
+
+    def matches(self):
+        """nft match prefixes, one per rule line: '' (anyone), 'meta nfproto ipv4 ', 'ip saddr { ... } '."""
+        if self.any4 and self.any6:
+            return [""]
+        out = []
+        if self.any4:
+            out.append("meta nfproto ipv4 ")
+        elif self.v4():
+            out.append("ip saddr { %s } " % ", ".join(_nft_addr(n) for n in self.v4()))
+        if self.any6:
+            out.append("meta nfproto ipv6 ")
+        elif self.v6():
+            out.append("ip6 saddr { %s } " % ", ".join(_nft_addr(n) for n in self.v6()))
+        return out
+
+    def texts(self):
+        out = (["0.0.0.0/0"] if self.any4 else [_nft_addr(n) for n in self.v4()])
+        out += (["::/0"] if self.any6 else [_nft_addr(n) for n in self.v6()])
+        return out
+
+
+# ---------------------------------------------------------------------------
+# the plan
+# ---------------------------------------------------------------------------
+
+def _perftest_port(extra_args):
+    args = [str(a) for a in (extra_args or [])] if isinstance(extra_args, (list, tuple)) else []
+    for pos, arg in enumerate(args):
+        if arg in ("-p", "--port") and pos + 1 < len(args):
+            return parse_port(args[pos + 1])
+        if arg.startswith("--port="):
+            return parse_port(arg.split("=", 1)[1])
+    return PERFTEST_DEFAULT_PORT
+
+
+def host_plan(host, groups, hostvars, options, role_defaults):
+    """The firewall plan of one host.
+
+    ``groups``: group -> hosts. ``hostvars``: host -> mapping of that host's variables (resolved).
+    ``options``: this host's firewall settings: ssh_port, ssh_sources, frontend_sources,
+    metrics_sources, dynamic_port_range, extra_ports, policy, loopback_accept, table.
+    ``role_defaults``: variable -> default of the service roles (see ROLE_DEFAULT_KEYS).
+
+    Returns {"host", "rules": [{"proto", "dport", "ports": (lo, hi), "variable", "comment", "description",
+    "sources": [text], "matches": [nft prefix]}], "local_only": [{"proto", "dport", "variable", "comment"}],
+    "guarded": {"tcp": "{ ... }", "udp": ...}, "errors": [text]} -- errors name variable and host.
+    """
+    inv = _Inventory(hostvars, groups, role_defaults)
+    errors, rules, local_only = [], [], []
+
+    def err(message):
+        errors.append(message)
+
+    def sources_of(variable, values):
+        nets, problems = parse_sources(values, variable, host)
+        errors.extend(problems)
+        return nets
+
+    def addresses(hosts):
+        nets = []
+        for member in hosts:
+            try:
+                nets.append(inv.address(member))
+            except FirewallError as exc:
+                err("%s (needed as a firewall source on %s)" % (exc, host))
+        return nets
+
+    def add(proto, port_value, variable, description, sources):
+        span = parse_port_range(port_value)
+        if span is None:
+            err("%s on %s: %r is not a port (1-65535) or a range lo-hi" % (variable, host, port_value))
+            return
+        if sources.empty():
+            err("%s on %s: no source may reach port %s (an empty source list)" % (variable, host, port_value))
+            return
+        rules.append({"proto": proto, "ports": span, "dport": _port_text(*span), "variable": variable,
+                      "comment": _comment(variable),
+                      "description": _comment(description), "sources": sources.texts(),
+                      "matches": sources.matches()})
+
+    def own_var(key):
+        try:
+            return inv.var(host, key)
+        except FirewallError as exc:
+            err(str(exc))
+            return None
+
+    # --- options ----------------------------------------------------------------------------
+    policy = options.get("policy", "drop")
+    if policy not in POLICIES:
+        err("firewall_policy on %s: %r is not one of %s" % (host, policy, ", ".join(POLICIES)))
+    if options.get("loopback_accept", "interface") not in LOOPBACK_MODES:
+        err("firewall_loopback_accept on %s: %r is not one of %s"
+            % (host, options.get("loopback_accept"), ", ".join(LOOPBACK_MODES)))
+    if not _TABLE_RE.match(str(options.get("table", "kvshare"))):
+        err("firewall_table on %s: %r must be a plain nft name (letter, then letters, digits, _; at most 32)"
+            % (host, options.get("table")))
+    ssh_sources = sources_of("firewall_ssh_sources", options.get("ssh_sources", []))
+    frontend_sources = sources_of("firewall_frontend_sources", options.get("frontend_sources", []))
+    metrics_sources = sources_of("firewall_metrics_sources", options.get("metrics_sources", []))
+    dynamic = options.get("dynamic_port_range", "")
+    dynamic_span = parse_port_range(dynamic)
+    if dynamic_span is None or dynamic_span[0] == dynamic_span[1]:
+        dynamic_span = None
+
+    # --- who is who --------------------------------------------------------------------------
+    etcd_group = own_var("etcd_group_name") or "etcd"
+    kvcr_group = own_var("kvcr_group_name") or "kvcr"
+    frontends, workers = inv.group(FRONTEND_GROUP), inv.group(WORKERS_GROUP)
+    members, maru_hosts, kvcr_hosts = inv.group(etcd_group), inv.group(MARU_GROUP), inv.group(kvcr_group)
+    dynamo_hosts = sorted(set(frontends + workers + kvcr_hosts))
+    cluster_hosts = sorted(set(members + dynamo_hosts + maru_hosts + inv.group(RDMA_GROUP) + [host]))
+    cluster = addresses(cluster_hosts)
+    dynamo_peers = addresses(sorted(set(dynamo_hosts + [host])))
+
+    # --- SSH (first: the operator's way in) ---------------------------------------------------
+    if policy == "drop" and not ssh_sources:
+        err("firewall_ssh_sources on %s: empty with firewall_policy=drop: nobody (Ansible included) could "
+            "reach SSH any more" % host)
+    if ssh_sources:
+        add("tcp", options.get("ssh_port"), "firewall_ssh_port", "SSH", _Sources(ssh_sources))
+    elif parse_port(options.get("ssh_port")) is None:
+        err("firewall_ssh_port on %s: %r is not a port (1-65535)" % (host, options.get("ssh_port")))
+
+    # --- etcd -------------------------------------------------------------------------------
+    if host in members:
+        add("tcp", own_var("etcd_client_port"), "etcd_client_port", "etcd clients (every service host)",
+            _Sources(cluster + metrics_sources))
+        peers = []
+        for member in members:
+            try:
+                peers.append(inv.etcd_address(member))
+            except FirewallError as exc:
+                err("%s (needed as a firewall source on %s)" % (exc, host))
+        add("tcp", own_var("etcd_peer_port"), "etcd_peer_port", "etcd peers (members of %s)" % etcd_group,
+            _Sources(peers))
+
+    # --- Dynamo -----------------------------------------------------------------------------
+    if host in frontends:
+        add("tcp", own_var("dynamo_frontend_http_port"), "dynamo_frontend_http_port",
+            "dynamo.frontend HTTP API (service hosts, firewall_frontend_sources)",
+            _Sources(cluster + frontend_sources + metrics_sources))
+    if host in workers:
+        worker_list = inv.own(host, "dynamo_worker_instances", _MISSING)
+        if worker_list is _MISSING:
+            worker_list = inv.own(host, "dynamo_workers", [])
+        if worker_list in (None, ""):
+            worker_list = []
+        if not isinstance(worker_list, (list, tuple)):
+            err("dynamo_workers on %s: must be a list of workers" % host)
+            worker_list = []
+        for pos, worker in enumerate(worker_list):
+            if not isinstance(worker, dict) and not hasattr(worker, "get"):
+                err("dynamo_workers[%d] on %s: must be a mapping" % (pos, host))
+                continue
+            name = worker.get("name") or str(pos)
+            add("tcp", worker.get("system_port"), "dynamo_workers[%s].system_port" % name,
+                "worker %s: DYN_SYSTEM_PORT (health, metrics)" % name, _Sources(cluster + metrics_sources))
+            if worker.get("rpc_port") not in (None, ""):
+                add("tcp", worker.get("rpc_port"), "dynamo_workers[%s].rpc_port" % name,
+                    "worker %s: request plane (DYN_TCP_RPC_PORT)" % name, _Sources(dynamo_peers))
+    if host in dynamo_hosts and dynamic_span is None:
+        err("firewall_dynamic_port_range on %s: %r must be a range lo-hi within 1-65535 (Dynamo's unpinned "
+            "transports listen on ephemeral ports; usually net.ipv4.ip_local_port_range, 32768-60999)" % (host, dynamic))
+    elif host in dynamo_hosts:
+        add("tcp", _port_text(*dynamic_span), "firewall_dynamic_port_range",
+            "Dynamo's unpinned transports (Dynamo hosts): TCP response streams, ZMQ event plane, request planes without rpc_port",
+            _Sources(dynamo_peers))
+
+    # --- Maru -------------------------------------------------------------------------------
+    if host in maru_hosts:
+        maru_clients = _Sources(addresses(sorted(set(workers + maru_hosts))))
+        add("tcp", own_var("maru_pool_rm_port"), "maru_pool_rm_port", "Maru resource manager (worker hosts)",
+            maru_clients)
+        add("tcp", own_var("maru_pool_server_port"), "maru_pool_server_port", "Maru metadata server (worker hosts)",
+            maru_clients)
+
+    # --- KVCR -------------------------------------------------------------------------------
+    if host in kvcr_hosts:
+        add("tcp", own_var("kvcr_control_port"), "kvcr_control_port", "KVCR control channel (KVCR hosts)",
+            _Sources(addresses(sorted(set(kvcr_hosts)))))
+        events = parse_port(own_var("kvcr_kv_events_port"))
+        if events is None:
+            err("kvcr_kv_events_port on %s: %r is not a port" % (host, own_var("kvcr_kv_events_port")))
+        else:
+            local_only.append({"proto": "tcp", "ports": (events, events), "dport": str(events),
+                               "variable": "kvcr_kv_events_port", "comment": "kvcr_kv_events_port"})
+        agent = inv.own(host, "kvcr_state_agent_enabled", _MISSING)
+        if agent is _MISSING:
+            default = role_defaults.get("kvcr_state_agent_enabled")
+            if default != KVCR_STATE_AGENT_DEFAULT:
+                err("kvcr_state_agent_enabled on %s: the kvcr role's default (%r) is not the one this plan "
+                    "evaluates (%r); set kvcr_state_agent_enabled in the inventory" % (host, default, KVCR_STATE_AGENT_DEFAULT))
+                agent = False
+            else:
+                agent = str(inv.own(host, "kvcr_cache_slot", None)) == "0"
+        if _truthy(agent):
+            add("tcp", own_var("kvcr_state_agent_system_port"), "kvcr_state_agent_system_port",
+                "KV state agent: DYN_SYSTEM_PORT (health, metrics)", _Sources(cluster + metrics_sources))
+
+    # --- ib_write_bw (rdma_ucx_bw_test) ---------------------------------------------------------
+    clients = []
+    for client in inv.group(RDMA_GROUP):
+        try:
+            if not _truthy(inv.var(client, "rdma_ucx_bw_test")) or str(inv.var(client, "rdma_ucx_bw_server")) != host:
+                continue
+        except FirewallError as exc:
+            err(str(exc))
+            continue
+        port = _perftest_port(inv.var(client, "rdma_ucx_bw_extra_args"))
+        if port is None:
+            err("rdma_ucx_bw_extra_args of %s: -p/--port is not a port (needed on %s)" % (client, host))
+            continue
+        clients.append((port, client))
+    for port in sorted(set(p for p, _ in clients)):
+        add("tcp", port, "rdma_ucx_bw_server", "ib_write_bw out-of-band port (rdma_ucx_bw_test clients)",
+            _Sources(addresses(sorted(c for p, c in clients if p == port))))
+
+    # --- operator extras ---------------------------------------------------------------------
+    extras = options.get("extra_ports", [])
+    if extras in (None, ""):
+        extras = []
+    if not isinstance(extras, (list, tuple)):
+        err("firewall_extra_ports on %s: must be a list of {port, proto, sources, comment} (got %s)"
+            % (host, type(extras).__name__))
+        extras = []
+    for pos, item in enumerate(extras):
+        variable = "firewall_extra_ports[%d]" % pos
+        if not isinstance(item, dict) and not hasattr(item, "get"):
+            err("%s on %s: must be a mapping {port, proto, sources, comment}" % (variable, host))
+            continue
+        unknown = sorted(set(item) - {"port", "proto", "sources", "comment"})
+        if unknown:
+            err("%s on %s: unknown keys %s (use port, proto, sources, comment)" % (variable, host, ", ".join(unknown)))
+        proto = item.get("proto", "tcp")
+        if proto not in PROTOS:
+            err("%s.proto on %s: %r is not one of %s" % (variable, host, proto, ", ".join(PROTOS)))
+            continue
+        if "sources" in item:
+            nets = sources_of(variable + ".sources", item.get("sources"))
+            if isinstance(item.get("sources"), (list, tuple)) and not item.get("sources"):
+                err("%s.sources on %s: empty; leave it out for the service hosts or list 0.0.0.0/0 for anyone"
+                    % (variable, host))
+                continue
+            sources = _Sources(nets)
+        else:
+            sources = _Sources(cluster)
+        add(proto, item.get("port"), variable + ".port", item.get("comment") or "operator port", sources)
+
+    guarded = {}
+    for proto in PROTOS:
+        spans = _merge_ranges([r["ports"] for r in rules if r["proto"] == proto]
+                              + [r["ports"] for r in local_only if r["proto"] == proto])
+        if spans:
+            guarded[proto] = "{ %s }" % ", ".join(_port_text(lo, hi) for lo, hi in spans)
+    return {"host": host, "rules": rules, "local_only": local_only, "guarded": guarded, "errors": errors}
+
+
+def port_table(plan):
+    """{"tcp/2379": ["10.0.0.1", ...]}: the plan's rules as port -> sorted sources (for reports and tests)."""
+    table = {}
+    for rule in plan["rules"]:
+        key = "%s/%s" % (rule["proto"], rule["dport"])
+        table.setdefault(key, set()).update(rule["sources"])
+    for rule in plan["local_only"]:
+        table.setdefault("%s/%s" % (rule["proto"], rule["dport"]), set())
+    return dict((key, sorted(value)) for key, value in sorted(table.items()))
+
+
+# ---------------------------------------------------------------------------
+# host checks (online preflight)
+# ---------------------------------------------------------------------------
+
+def ssh_lockout_error(ssh_connection, ssh_port, ssh_sources, host):
+    """'' when the SSH session Ansible uses now stays allowed, else a message naming the variable.
+
+    ``ssh_connection``: the host's SSH_CONNECTION ("client_ip client_port server_ip server_port").
+    """
+    fields = str(ssh_connection or "").split()
+    if len(fields) != 4:
+        return ""
+    client, server_port = fields[0], parse_port(fields[3])
+    if server_port is not None and parse_port(ssh_port) != server_port:
+        return ("firewall_ssh_port on %s: Ansible reaches sshd on port %d, but firewall_ssh_port is %r: "
+                "the table would lock Ansible out" % (host, server_port, ssh_port))
+    nets, problems = parse_sources(ssh_sources, "firewall_ssh_sources", host)
+    if problems:
+        return ""  # reported by the plan
+    try:
+        address = ipaddress.ip_address(client.split("%", 1)[0])
+    except ValueError:
+        return ""
+    if address.version == 6 and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    if not any(address in net for net in nets if net.version == address.version):
+        return ("firewall_ssh_sources on %s: Ansible connects from %s, which no entry covers (%s): "
+                "the table would lock Ansible out" % (host, address, ", ".join(str(n) for n in nets) or "empty"))
+    return ""
+
+
+def local_port_range_error(proc_text, dynamic_port_range, host):
+    """'' when the host's ephemeral port range (net.ipv4.ip_local_port_range) lies within
+    firewall_dynamic_port_range, else a message naming the variable."""
+    fields = str(proc_text or "").split()
+    if len(fields) != 2 or not all(f.isdigit() for f in fields):
+        return ""
+    lo, hi = int(fields[0]), int(fields[1])
+    span = parse_port_range(dynamic_port_range) if dynamic_port_range not in (None, "") else None
+    if span is None:
+        return ("firewall_dynamic_port_range on %s: empty, but Dynamo's unpinned transports (response streams, "
+                "ZMQ event plane) listen on ephemeral ports %d-%d here: they would be dropped" % (host, lo, hi))
+    if lo < span[0] or hi > span[1]:
+        return ("firewall_dynamic_port_range on %s: %s does not cover the host's ephemeral ports %d-%d "
+                "(net.ipv4.ip_local_port_range); set firewall_dynamic_port_range: \"%d-%d\""
+                % (host, dynamic_port_range, lo, hi, lo, hi))
+    return ""

@@ -1,0 +1,220 @@
+"""Unit tests for the firewall plan in plugins/module_utils/firewall.py (plain-dict inventories)."""
+import pytest
+
+from ansible_collections.kvshare.dynamo.plugins.filter import firewall as ffw
+from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as fw
+
+# The real role defaults (roles/*/defaults/main.yml), as the filter reads them.
+DEFAULTS = ffw.role_defaults()
+
+OPTIONS = {"policy": "drop", "table": "kvshare", "loopback_accept": "interface", "ssh_port": 22,
+           "ssh_sources": ["0.0.0.0/0", "::/0"], "frontend_sources": [], "metrics_sources": [],
+           "dynamic_port_range": "32768-60999", "extra_ports": []}
+
+
+def three_hosts():
+    """etcd on all three, frontend on a, workers on b (one without rpc_port), Maru on b, KVCR on c."""
+    hostvars = {
+        "a": {"kvshare_bind_address": "10.0.0.1"},
+        "b": {"kvshare_bind_address": "10.0.0.2",
+              "dynamo_workers": [{"name": "w0", "system_port": 18081, "rpc_port": 19081},
+                                 {"name": "w1", "system_port": "18082"}]},
+        "c": {"kvshare_bind_address": "10.0.0.3", "kvcr_cache_slot": 0,
+              "dynamo_workers": [{"name": "kvcr", "system_port": 9090, "rpc_port": 9190}]},
+        "bastion": {"kvshare_bind_address": "10.9.9.9"},
+    }
+    groups = {"all": ["a", "b", "c", "bastion"], "etcd": ["a", "b", "c"], "dynamo_frontend": ["a"],
+              "dynamo_workers": ["b", "c"], "maru_pool": ["b"], "kvcr": ["c"]}
+    return hostvars, groups
+
+
+def plan(host, hostvars=None, groups=None, **options):
+    if hostvars is None:
+        hostvars, groups = three_hosts()
+    opts = dict(OPTIONS, **options)
+    return fw.host_plan(host, groups, hostvars, opts, DEFAULTS)
+
+
+def test_role_defaults_are_read_from_the_roles():
+    assert DEFAULTS["etcd_client_port"] == 2379 and DEFAULTS["etcd_peer_port"] == 2380
+    assert DEFAULTS["dynamo_frontend_http_port"] == 8000
+    assert (DEFAULTS["maru_pool_rm_port"], DEFAULTS["maru_pool_server_port"]) == (9850, 5555)
+    assert (DEFAULTS["kvcr_control_port"], DEFAULTS["kvcr_kv_events_port"]) == (23280, 23080)
+    assert DEFAULTS["kvcr_state_agent_system_port"] == 9091
+    # the one templated default the plan evaluates itself
+    assert DEFAULTS["kvcr_state_agent_enabled"] == fw.KVCR_STATE_AGENT_DEFAULT
+
+
+def test_frontend_and_etcd_host():
+    p = plan("a")
+    assert p["errors"] == []
+    assert fw.port_table(p) == {
+        "tcp/22": ["0.0.0.0/0", "::/0"],
+        "tcp/2379": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        "tcp/2380": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        "tcp/32768-60999": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        "tcp/8000": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+    }
+    # a host outside the service groups (bastion) is no source
+    assert "10.9.9.9" not in str(p)
+
+
+def test_worker_and_maru_host():
+    p = plan("b")
+    assert p["errors"] == []
+    table = fw.port_table(p)
+    assert sorted(table) == ["tcp/18081", "tcp/18082", "tcp/19081", "tcp/22", "tcp/2379", "tcp/2380",
+                             "tcp/32768-60999", "tcp/5555", "tcp/9850"]
+    # Maru: only the worker hosts (and the pool host)
+    assert table["tcp/9850"] == table["tcp/5555"] == ["10.0.0.2", "10.0.0.3"]
+    variables = [r["variable"] for r in p["rules"]]
+    assert "dynamo_workers[w0].rpc_port" in variables and "dynamo_workers[w1].rpc_port" not in variables
+
+
+def test_kvcr_host_state_agent_and_local_only_events_port():
+    p = plan("c")
+    table = fw.port_table(p)
+    assert table["tcp/23280"] == ["10.0.0.3"]          # KVCR peers only (here: itself)
+    assert table["tcp/9091"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]   # slot 0 runs the state agent
+    assert table["tcp/23080"] == []                     # local only
+    assert p["local_only"][0]["variable"] == "kvcr_kv_events_port"
+    hostvars, groups = three_hosts()
+    hostvars["c"]["kvcr_cache_slot"] = 1
+    assert "tcp/9091" not in fw.port_table(plan("c", hostvars, groups))
+    hostvars["c"]["kvcr_state_agent_enabled"] = "true"
+    assert "tcp/9091" in fw.port_table(plan("c", hostvars, groups))
+
+
+def test_inventory_values_win_over_role_defaults():
+    hostvars, groups = three_hosts()
+    hostvars["a"].update(etcd_client_port=12379, dynamo_frontend_http_port="8080", etcd_group_name="etcd")
+    hostvars["b"].update(etcd_address="10.1.0.2")   # peers use the members' etcd_address
+    table = fw.port_table(plan("a", hostvars, groups))
+    assert "tcp/12379" in table and "tcp/8080" in table and "tcp/2379" not in table
+    assert table["tcp/2380"] == ["10.0.0.1", "10.0.0.3", "10.1.0.2"]
+
+
+def test_operator_sources_and_matches():
+    p = plan("a", frontend_sources=["192.0.2.0/24", "192.0.2.7", "2001:db8::/32"], metrics_sources=["198.51.100.9"],
+             ssh_sources=["10.0.0.0/8"])
+    table = fw.port_table(p)
+    assert table["tcp/8000"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "192.0.2.0/24", "198.51.100.9", "2001:db8::/32"]
+    assert table["tcp/2379"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "198.51.100.9"]
+    assert table["tcp/2380"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]   # no metrics on the peer port
+    rules = dict((r["variable"], r) for r in p["rules"])
+    assert rules["dynamo_frontend_http_port"]["matches"] == [
+        "ip saddr { 10.0.0.1, 10.0.0.2, 10.0.0.3, 192.0.2.0/24, 198.51.100.9 } ", "ip6 saddr { 2001:db8::/32 } "]
+    assert rules["firewall_ssh_port"]["matches"] == ["ip saddr { 10.0.0.0/8 } "]
+    assert fw.port_table(plan("a", ssh_sources=["0.0.0.0/0"]))["tcp/22"] == ["0.0.0.0/0"]
+    assert [r["matches"] for r in plan("a", ssh_sources=["0.0.0.0/0"])["rules"]][0] == ["meta nfproto ipv4 "]
+
+
+def test_extra_ports_and_guarded_set():
+    p = plan("a", extra_ports=[{"port": 9100, "sources": ["192.0.2.5"], "comment": "node \"exporter\""},
+                               {"port": "40000-40010", "proto": "udp"},
+                               {"port": 2379, "sources": ["0.0.0.0/0"]}])
+    assert p["errors"] == []
+    table = fw.port_table(p)
+    assert table["tcp/9100"] == ["192.0.2.5"]
+    assert table["udp/40000-40010"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]   # left out: the service hosts
+    assert table["tcp/2379"] == ["0.0.0.0/0", "10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    extra = [r for r in p["rules"] if r["variable"] == "firewall_extra_ports[0].port"][0]
+    assert '"' not in extra["description"]
+    # merged, overlap-free port intervals for the accept policy's final drop
+    assert p["guarded"] == {"tcp": "{ 22, 2379-2380, 8000, 9100, 32768-60999 }", "udp": "{ 40000-40010 }"}
+
+
+@pytest.mark.parametrize("options,needle", [
+    ({"extra_ports": [{"port": 70000}]}, "firewall_extra_ports[0].port on a: 70000 is not a port"),
+    ({"extra_ports": [{"port": "9-1"}]}, "firewall_extra_ports[0].port on a: '9-1' is not a port"),
+    ({"extra_ports": [{"port": 1, "proto": "icmp"}]}, "firewall_extra_ports[0].proto on a: 'icmp'"),
+    ({"extra_ports": [{"port": 1, "sources": []}]}, "firewall_extra_ports[0].sources on a: empty"),
+    ({"extra_ports": [{"port": 1, "srcs": ["10.0.0.1"]}]}, "firewall_extra_ports[0] on a: unknown keys srcs"),
+    ({"extra_ports": {"port": 1}}, "firewall_extra_ports on a: must be a list"),
+    ({"frontend_sources": ["10.0.0.0/33"]}, "firewall_frontend_sources[0] on a: '10.0.0.0/33'"),
+    ({"metrics_sources": "10.0.0.1"}, "firewall_metrics_sources on a: must be a list"),
+    ({"ssh_sources": []}, "firewall_ssh_sources on a: empty with firewall_policy=drop"),
+    ({"ssh_port": "ssh"}, "firewall_ssh_port on a: 'ssh' is not a port"),
+    ({"dynamic_port_range": "60999-32768"}, "firewall_dynamic_port_range on a: '60999-32768'"),
+    ({"dynamic_port_range": ""}, "firewall_dynamic_port_range on a: ''"),
+    ({"policy": "reject"}, "firewall_policy on a: 'reject'"),
+    ({"table": "kv share"}, "firewall_table on a"),
+    ({"loopback_accept": "none"}, "firewall_loopback_accept on a"),
+])
+def test_bad_options_name_variable_and_host(options, needle):
+    errors = plan("a", **options)["errors"]
+    assert any(needle in e for e in errors), errors
+
+
+def test_empty_ssh_sources_are_fine_with_accept_policy():
+    p = plan("a", policy="accept", ssh_sources=[])
+    assert p["errors"] == [] and "tcp/22" not in fw.port_table(p)
+
+
+def test_dynamic_range_only_on_dynamo_hosts():
+    hostvars, groups = three_hosts()
+    groups["etcd"].append("bastion")
+    p = plan("bastion", hostvars, groups, dynamic_port_range="")
+    assert p["errors"] == [] and sorted(fw.port_table(p)) == ["tcp/22", "tcp/2379", "tcp/2380"]
+
+
+def test_unknown_address_and_bad_worker_ports_are_errors():
+    hostvars, groups = three_hosts()
+    del hostvars["c"]["kvshare_bind_address"]
+    hostvars["b"]["dynamo_workers"][0]["system_port"] = "{{ undefined_port }}"
+    errors = plan("b", hostvars, groups)["errors"]
+    assert any("kvshare_bind_address of c: unknown" in e and "on b" in e for e in errors), errors
+    assert any("dynamo_workers[w0].system_port on b" in e for e in errors), errors
+    # the default IPv4 fact stands in for a missing kvshare_bind_address
+    hostvars["c"]["ansible_facts"] = {"default_ipv4": {"address": "10.0.0.33"}}
+    assert "10.0.0.33" in fw.port_table(plan("a", hostvars, groups))["tcp/2379"]
+
+
+def test_perftest_port_for_the_bw_test_server():
+    hostvars, groups = three_hosts()
+    groups["rdma_ucx"] = ["b", "c"]
+    hostvars["c"].update(rdma_ucx_bw_test=True, rdma_ucx_bw_server="b")
+    assert fw.port_table(plan("b", hostvars, groups))["tcp/18515"] == ["10.0.0.3"]
+    hostvars["c"]["rdma_ucx_bw_extra_args"] = ["--report_gbits", "-p", "20000"]
+    table = fw.port_table(plan("b", hostvars, groups))
+    assert table["tcp/20000"] == ["10.0.0.3"] and "tcp/18515" not in table
+    assert "tcp/20000" not in fw.port_table(plan("c", hostvars, groups))
+
+
+def test_overlapping_sources_are_reduced_for_nft():
+    p = plan("a", frontend_sources=["10.0.0.0/8", "10.0.0.2", "10.0.0.0/8"])
+    rule = [r for r in p["rules"] if r["variable"] == "dynamo_frontend_http_port"][0]
+    assert rule["matches"] == ["ip saddr { 10.0.0.0/8 } "]
+
+
+@pytest.mark.parametrize("conn,port,sources,needle", [
+    ("10.9.0.5 51000 10.0.0.1 22", 22, ["0.0.0.0/0"], ""),
+    ("10.9.0.5 51000 10.0.0.1 22", 22, ["10.9.0.0/16"], ""),
+    ("10.9.0.5 51000 10.0.0.1 22", 22, ["10.8.0.0/16"], "firewall_ssh_sources on a: Ansible connects from 10.9.0.5"),
+    ("10.9.0.5 51000 10.0.0.1 2222", 22, ["0.0.0.0/0"], "firewall_ssh_port on a: Ansible reaches sshd on port 2222"),
+    ("2001:db8::5 51000 2001:db8::1 22", "22", ["2001:db8::/64"], ""),
+    ("2001:db8::5 51000 2001:db8::1 22", 22, ["0.0.0.0/0"], "Ansible connects from 2001:db8::5"),
+    ("", 22, [], ""),                                   # not over SSH (local connection): nothing to check
+])
+def test_ssh_lockout(conn, port, sources, needle):
+    message = fw.ssh_lockout_error(conn, port, sources, "a")
+    assert (needle in message and message) if needle else message == ""
+
+
+@pytest.mark.parametrize("proc,configured,needle", [
+    ("32768\t60999\n", "32768-60999", ""),
+    ("40000 50000", "32768-60999", ""),
+    ("1024 65000", "32768-60999", 'firewall_dynamic_port_range on a: 32768-60999 does not cover the host\'s ephemeral '
+                                  'ports 1024-65000 (net.ipv4.ip_local_port_range); set firewall_dynamic_port_range: "1024-65000"'),
+    ("32768 60999", "", "firewall_dynamic_port_range on a: empty"),
+    ("garbage", "32768-60999", ""),
+])
+def test_local_port_range(proc, configured, needle):
+    message = fw.local_port_range_error(proc, configured, "a")
+    assert (needle in message and message) if needle else message == ""
+
+
+def test_parsers():
+    assert fw.parse_port(True) is None and fw.parse_port("22") == 22 and fw.parse_port(0) is None
+    assert fw.parse_port_range(" 1 - 2 ") == (1, 2) and fw.parse_port_range(80) == (80, 80)
+    assert fw.parse_port_range("2-1") is None and fw.parse_port_range(None) is None
