@@ -261,6 +261,27 @@ CASES = [
     ("kvcr_worker_missing", "kvcr", hv("gpu-b", kvcr_worker_name="other"), "gpu-b", ["kvcr_worker_name"]),
     ("worker_env_sets_dyn_connector", "maru", worker("node-3", 0, env={"DYN_CONNECTOR": "nixl"}), "node-3",
      ["DYN_CONNECTOR"]),
+    # host firewall (opt-in: each case enables it on the host it breaks)
+    ("firewall_extra_port_out_of_range", "maru", hv("node-2", firewall_enabled=True,
+                                                    firewall_extra_ports=[{"port": 70000, "proto": "tcp"}]),
+     "node-2", ["firewall_extra_ports[0].port", "70000"]),
+    ("firewall_extra_port_unknown_proto", "kvcr", gv("kvcr", firewall_enabled=True,
+                                                     firewall_extra_ports=[{"port": 9100, "proto": "sctp"}]),
+     "gpu-a", ["firewall_extra_ports", "sctp"]),
+    ("firewall_frontend_source_bad_cidr", "maru", hv("node-1", firewall_enabled=True,
+                                                     firewall_frontend_sources=["10.0.0.0/33"]),
+     "node-1", ["firewall_frontend_sources", "10.0.0.0/33"]),
+    ("firewall_ssh_sources_string", "maru", hv("node-3", firewall_enabled=True, firewall_ssh_sources="10.0.0.0/8"),
+     "node-3", ["firewall_ssh_sources", "must be a list"]),
+    ("firewall_ssh_port_not_int", "maru", hv("node-2", firewall_enabled=True, firewall_ssh_port="ssh"), "node-2",
+     ["firewall_ssh_port"]),
+    ("firewall_drop_without_ssh_sources", "maru", hv("node-1", firewall_enabled=True, firewall_ssh_sources=[]),
+     "node-1", ["firewall_ssh_sources", "firewall_policy=drop"]),
+    ("firewall_policy_unknown", "kvcr", hv("gpu-b", firewall_enabled=True, firewall_policy="reject"), "gpu-b",
+     ["firewall_policy"]),
+    ("firewall_dynamic_range_reversed", "maru", hv("node-3", firewall_enabled=True,
+                                                   firewall_dynamic_port_range="60999-32768"),
+     "node-3", ["firewall_dynamic_port_range", "60999-32768"]),
 ]
 
 

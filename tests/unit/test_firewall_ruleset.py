@@ -1,0 +1,270 @@
+"""The rendered kvshare nftables table, loaded into a real kernel, in a throwaway network namespace.
+
+1. Render: the role's own preflight and configure tasks run for sandbox host sb1 (etcd member and
+   frontend, 127.0.10.1) with `connection: local`, every path in pytest's tmp dir, inside
+   `unshare -n` (the template's `nft -c` validation and the load handler touch only that
+   namespace). Two variants: firewall_policy drop and accept; both with
+   firewall_loopback_accept=localhost, so only 127.0.0.1 is accepted blindly on lo and the other
+   loopback addresses (the sandbox hosts 127.0.10.N, a frontend client net 127.0.20.0/24, a
+   stranger 127.0.99.1) are filtered like real addresses; with the default (`interface`) every
+   probe here would pass and the test could not fail.
+2. Load and probe (tests/unit/firewall_netns.py in a second fresh namespace): TCP listeners on
+   127.0.10.1, connections from chosen loopback sources, 1 s timeouts. Phases: no table (every
+   probe open: any later "dropped" is the table's doing), drop table loaded twice (a reload
+   replaces the table, no duplicate rules), accept variant, boot path (`nft -f nftables.conf`
+   with Debian's `flush ruleset` preamble and the role's include block), then the role's
+   firewall_state=absent tasks (table, include block and file gone; everything open again).
+
+Skipped, with the reason, where unshare/nft/ip are missing or the kernel refuses nf_tables in a
+new namespace. Never sends anything outside the namespaces' loopback.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+HELPER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "firewall_netns.py")
+UNSHARE = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
+
+# Debian 12's /etc/nftables.conf as the nftables package installs it.
+DEBIAN_NFTABLES_CONF = """#!/usr/sbin/nft -f
+
+flush ruleset
+
+table inet filter {
+	chain input {
+		type filter hook input priority filter;
+	}
+	chain forward {
+		type filter hook forward priority filter;
+	}
+	chain output {
+		type filter hook output priority filter;
+	}
+}
+"""
+
+SB1, SB2, SB3 = "127.0.10.1", "127.0.10.2", "127.0.10.3"
+CLIENT, STRANGER, LOCAL = "127.0.20.7", "127.0.99.1", "127.0.0.1"
+# (source, port on sb1) -> expected with the drop table, with the accept table
+PROBES = {
+    (SB2, 2379): ("open", "open"),            # etcd client port from a service host
+    (SB3, 2380): ("open", "open"),            # etcd peer port from a member
+    (STRANGER, 2379): ("dropped", "dropped"),  # etcd from outside the inventory
+    (CLIENT, 8000): ("open", "open"),         # frontend from firewall_frontend_sources
+    (CLIENT, 2379): ("dropped", "dropped"),   # ... but not etcd
+    (SB2, 9999): ("dropped", "open"),         # a port nothing opened (accept: not the stack's, passes)
+    (STRANGER, 9999): ("dropped", "open"),
+    (LOCAL, 9999): ("open", "open"),          # 127.0.0.1 on lo: always
+    (STRANGER, 2222): ("open", "open"),       # SSH (firewall_ssh_port = ansible_port) from anywhere
+    (SB3, 40000): ("open", "open"),           # Dynamo's ephemeral ports between Dynamo hosts
+    (STRANGER, 40000): ("dropped", "dropped"),
+}
+LISTENERS = sorted({port for _, port in PROBES})
+
+RENDER = """
+- name: Render the firewall of sb1 (connection local, every path in tmp)
+  hosts: sb1
+  gather_facts: false
+  vars:
+    firewall_enabled: true
+    firewall_loopback_accept: localhost
+    firewall_frontend_sources: [127.0.20.0/24]
+    firewall_ruleset_path: "{{ out }}/drop/kvshare.nft"
+    firewall_nftables_conf: "{{ out }}/drop/nftables.conf"
+  tasks:
+    - name: Validate (the role's preflight)
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.firewall
+        tasks_from: preflight
+    - name: Render the drop table and include it from the Debian nftables.conf
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.firewall
+        tasks_from: configure
+    - name: Render the accept variant (its nftables.conf does not exist yet)
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.firewall
+        tasks_from: configure
+      vars:
+        firewall_policy: accept
+        firewall_ruleset_path: "{{ out }}/accept/kvshare.nft"
+        firewall_nftables_conf: "{{ out }}/accept/nftables.conf"
+"""
+
+ABSENT = """
+- name: Remove the firewall of sb1 (firewall_state=absent, connection local, paths in tmp)
+  hosts: sb1
+  gather_facts: false
+  vars:
+    firewall_state: absent
+    firewall_ruleset_path: "{{ out }}/drop/kvshare.nft"
+    firewall_nftables_conf: "{{ out }}/drop/nftables.conf"
+  roles:
+    - role: kvshare.dynamo.firewall
+"""
+
+
+def _usable():
+    for tool in ("unshare", "nft", "ip"):
+        if not shutil.which(tool) and not os.path.exists("/usr/sbin/%s" % tool):
+            return "%s is not installed" % tool
+    if not os.path.exists("/usr/sbin/nft"):
+        return "nft is not at /usr/sbin/nft (the role's path)"
+    try:
+        proc = subprocess.run(UNSHARE + ["/usr/sbin/nft", "list", "ruleset"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "unshare failed: %s" % exc
+    if proc.returncode != 0:
+        return "nftables unusable in a new network namespace (%s): %s" % (" ".join(UNSHARE), proc.stderr.strip())
+    if not os.path.exists(os.path.join(BIN, "ansible-playbook")):
+        return "ansible-playbook not in the venv"
+    return ""
+
+
+REASON = _usable()
+pytestmark = pytest.mark.skipif(bool(REASON), reason=REASON or "usable")
+
+
+def _env(tmp_path):
+    return dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+                ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0",
+                ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.default", ANSIBLE_RETRY_FILES_ENABLED="0")
+
+
+def _inventory(tmp_path):
+    inv = tmp_path / "inv"
+    shutil.copytree(os.path.join(REPO, "inventories", "sandbox"), inv)
+    path = inv / "group_vars" / "all.yml"
+    data = yaml.safe_load(path.read_text())
+    data.update(ansible_connection="local", ansible_python_interpreter=sys.executable, ansible_become=False)
+    path.write_text(yaml.safe_dump(data))
+    # group_vars/sandbox.yml sets ansible_python_interpreter for the real containers: local here.
+    path = inv / "group_vars" / "sandbox.yml"
+    data = yaml.safe_load(path.read_text())
+    data.pop("ansible_python_interpreter", None)
+    path.write_text(yaml.safe_dump(data))
+    return inv
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("firewall")
+    out = tmp_path / "out"
+    (out / "drop").mkdir(parents=True)
+    (out / "drop" / "nftables.conf").write_text(DEBIAN_NFTABLES_CONF)
+    play = tmp_path / "render.yml"
+    play.write_text(RENDER)
+    inv = _inventory(tmp_path)
+    proc = subprocess.run(UNSHARE + [os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play),
+                                     "-e", "out=%s" % out], cwd=REPO, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return {"tmp": tmp_path, "out": out, "inv": inv, "log": proc.stdout}
+
+
+def test_rendered_files(rendered):
+    out = rendered["out"]
+    drop = (out / "drop" / "kvshare.nft").read_text()
+    accept = (out / "accept" / "kvshare.nft").read_text()
+    assert drop.startswith("#\n# Ansible managed")
+    statements = [line for text in (drop, accept) for line in text.splitlines() if not line.lstrip().startswith("#")]
+    assert not [line for line in statements if "flush" in line]
+    assert "table inet kvshare\ndelete table inet kvshare\n" in drop
+    assert "policy drop;" in drop and "policy accept;" in accept
+    assert 'iif "lo" ip saddr 127.0.0.1 accept' in drop and 'iif "lo" accept' not in drop
+    assert "tcp dport 2222 accept" in drop            # SSH: firewall_ssh_port follows ansible_port (2222)
+    assert re.search(r'ip saddr \{ 127\.0\.10\.1, 127\.0\.10\.2, 127\.0\.10\.3, 127\.0\.20\.0/24 \} '
+                     r'tcp dport 8000 accept comment "dynamo_frontend_http_port"', drop)
+    assert 'tcp dport { 2222, 2379-2380, 8000, 32768-60999 } drop' in accept
+    # the include block went after Debian's flush ruleset; a fresh conf was created for the accept variant
+    conf = (out / "drop" / "nftables.conf").read_text()
+    assert conf.startswith(DEBIAN_NFTABLES_CONF)
+    assert conf.index("flush ruleset") < conf.index('include "%s/drop/kvshare.nft"' % out)
+    assert "# BEGIN kvshare.dynamo firewall (table inet kvshare)" in conf
+    assert (out / "accept" / "nftables.conf").read_text().startswith("#!/usr/sbin/nft -f\n")
+
+
+@pytest.fixture(scope="module")
+def probed(rendered):
+    out, tmp_path = rendered["out"], rendered["tmp"]
+    absent = tmp_path / "absent.yml"
+    absent.write_text(ABSENT)
+    probes = [[src, SB1, port] for src, port in PROBES]
+    nft = "/usr/sbin/nft"
+    drop_file, accept_file = str(out / "drop" / "kvshare.nft"), str(out / "accept" / "kvshare.nft")
+    spec = {
+        "listeners": [[SB1, port] for port in LISTENERS],
+        "timeout": 1.0,
+        "phases": [
+            {"name": "none", "probes": probes},
+            {"name": "drop", "commands": [[nft, "-f", drop_file], [nft, "list", "table", "inet", "kvshare"],
+                                          [nft, "-f", drop_file], [nft, "list", "table", "inet", "kvshare"]],
+             "probes": probes},
+            {"name": "accept", "commands": [[nft, "-f", accept_file], [nft, "list", "tables"]], "probes": probes},
+            {"name": "boot", "commands": [[nft, "flush", "ruleset"], [nft, "-f", str(out / "drop" / "nftables.conf")],
+                                          [nft, "list", "tables"]], "probes": probes},
+            {"name": "absent", "commands": [[os.path.join(BIN, "ansible-playbook"), "-i", str(rendered["inv"]),
+                                             str(absent), "-e", "out=%s" % out],
+                                            [nft, "list", "tables"]], "probes": probes},
+        ],
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = subprocess.run(UNSHARE + [sys.executable, HELPER, str(path)], cwd=REPO, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def _expected(column):
+    return {"%s>%s:%d" % (src, SB1, port): want[column] for (src, port), want in PROBES.items()}
+
+
+def _commands_ok(phase):
+    for cmd in phase["commands"]:
+        assert cmd["rc"] == 0, cmd
+
+
+def test_without_a_table_every_probe_connects(probed):
+    assert probed["none"]["probes"] == {key: "open" for key in _expected(0)}
+
+
+def test_drop_table(probed):
+    phase = probed["drop"]
+    _commands_ok(phase)
+    first, second = phase["commands"][1]["stdout"], phase["commands"][3]["stdout"]
+    assert first == second and first.count("accept comment") >= 8   # the reload replaced, not appended
+    assert phase["probes"] == _expected(0)
+
+
+def test_accept_table(probed):
+    phase = probed["accept"]
+    _commands_ok(phase)
+    assert phase["commands"][1]["stdout"].split() == ["table", "inet", "kvshare"]
+    assert phase["probes"] == _expected(1)
+
+
+def test_boot_path_through_nftables_conf(probed):
+    phase = probed["boot"]
+    _commands_ok(phase)
+    assert phase["commands"][2]["stdout"].split() == ["table", "inet", "filter", "table", "inet", "kvshare"]
+    assert phase["probes"] == _expected(0)
+
+
+def test_absent_removes_table_include_and_file(probed, rendered):
+    phase = probed["absent"]
+    _commands_ok(phase)
+    log = phase["commands"][0]["stdout"]
+    assert re.search(r"sb1\s*:\s*ok=\d+\s+changed=3\s+unreachable=0\s+failed=0", log), log[-3000:]
+    assert phase["commands"][1]["stdout"].split() == ["table", "inet", "filter"]
+    assert phase["probes"] == {key: "open" for key in _expected(0)}
+    out = rendered["out"]
+    assert (out / "drop" / "nftables.conf").read_text() == DEBIAN_NFTABLES_CONF
+    assert not (out / "drop" / "kvshare.nft").exists()
