@@ -23,17 +23,18 @@ etcd_peer_port                         etcd_group_name                          
 dynamo_frontend_http_port              dynamo_frontend                             cluster + frontend + metrics
 dynamo_workers[*].system_port          dynamo_workers                              cluster + metrics sources
 dynamo_workers[*].rpc_port             dynamo_workers                              Dynamo hosts
-firewall_dynamic_port_range            dynamo_frontend, dynamo_workers, kvcr       Dynamo hosts
-maru_pool_rm_port, maru_pool_server_port  maru_pool                                worker hosts + pool hosts
+firewall_dynamic_port_range            dynamo, kvcr                                Dynamo hosts
+maru_pool_rm_port, maru_pool_server_port maru_pool                                 worker hosts + pool hosts
 kvcr_control_port                      kvcr_group_name (kvcr)                      KVCR hosts
 kvcr_state_agent_system_port           kvcr hosts running the state agent          cluster + metrics sources
 kvcr_kv_events_port                    kvcr                                        nobody (loopback only)
+etcd_client_proxy_port                 dynamo (the etcd gRPC proxy)                nobody (loopback only)
 perftest port (ib_write_bw, 18515)     a host named by rdma_ucx_bw_server          the rdma_ucx_bw_test clients
 firewall_extra_ports[*]                every host that sets them                   their sources, else cluster
 =====================================  ==========================================  =============================
 
-"cluster" = every host of the service groups (etcd, dynamo_frontend, dynamo_workers, maru_pool,
-kvcr, rdma_ucx); "Dynamo hosts" = dynamo_frontend + dynamo_workers + kvcr.
+"cluster" = every host of the service groups (etcd, dynamo with dynamo_frontend and dynamo_workers,
+maru_pool, kvcr, rdma_ucx); "Dynamo hosts" = dynamo (dynamo_frontend, dynamo_workers) + kvcr.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ __all__ = [
 # role default (from roles/<role>/defaults/main.yml).
 ROLE_DEFAULT_KEYS = {
     "etcd": ("etcd_group_name", "etcd_client_port", "etcd_peer_port"),
+    "etcd_client": ("etcd_client_proxy_enabled", "etcd_client_proxy_port"),
     "dynamo_frontend": ("dynamo_frontend_http_port",),
     "maru_pool": ("maru_pool_rm_port", "maru_pool_server_port"),
     "kvcr": ("kvcr_group_name", "kvcr_control_port", "kvcr_kv_events_port", "kvcr_state_agent_system_port",
@@ -72,6 +74,7 @@ KVCR_STATE_AGENT_DEFAULT = "{{ (kvcr_cache_slot | string) == '0' }}"
 PERFTEST_DEFAULT_PORT = 18515
 
 # Groups the site.yml plays use by name.
+DYNAMO_GROUP = "dynamo"
 FRONTEND_GROUP = "dynamo_frontend"
 WORKERS_GROUP = "dynamo_workers"
 MARU_GROUP = "maru_pool"
@@ -375,7 +378,7 @@ def host_plan(host, groups, hostvars, options, role_defaults):
     kvcr_group = own_var("kvcr_group_name") or "kvcr"
     frontends, workers = inv.group(FRONTEND_GROUP), inv.group(WORKERS_GROUP)
     members, maru_hosts, kvcr_hosts = inv.group(etcd_group), inv.group(MARU_GROUP), inv.group(kvcr_group)
-    dynamo_hosts = sorted(set(frontends + workers + kvcr_hosts))
+    dynamo_hosts = sorted(set(frontends + workers + kvcr_hosts + inv.group(DYNAMO_GROUP)))
     cluster_hosts = sorted(set(members + dynamo_hosts + maru_hosts + inv.group(RDMA_GROUP) + [host]))
     cluster = addresses(cluster_hosts)
     dynamo_peers = addresses(sorted(set(dynamo_hosts + [host])))
@@ -402,7 +405,18 @@ def host_plan(host, groups, hostvars, options, role_defaults):
         add("tcp", own_var("etcd_peer_port"), "etcd_peer_port", "etcd peers (members of %s)" % etcd_group,
             _Sources(peers))
 
+    def local(variable):
+        port = parse_port(own_var(variable))
+        if port is None:
+            err("%s on %s: %r is not a port" % (variable, host, own_var(variable)))
+        else:
+            local_only.append({"proto": "tcp", "ports": (port, port), "dport": str(port), "variable": variable,
+                               "comment": variable})
+
     # --- Dynamo -----------------------------------------------------------------------------
+    # The etcd gRPC proxy of every Dynamo host checks no client certificate: this host's only.
+    if host in dynamo_hosts and _truthy(own_var("etcd_client_proxy_enabled")):
+        local("etcd_client_proxy_port")
     if host in frontends:
         add("tcp", own_var("dynamo_frontend_http_port"), "dynamo_frontend_http_port",
             "dynamo.frontend HTTP API (service hosts, firewall_frontend_sources)",
@@ -446,12 +460,7 @@ def host_plan(host, groups, hostvars, options, role_defaults):
     if host in kvcr_hosts:
         add("tcp", own_var("kvcr_control_port"), "kvcr_control_port", "KVCR control channel (KVCR hosts)",
             _Sources(addresses(sorted(set(kvcr_hosts)))))
-        events = parse_port(own_var("kvcr_kv_events_port"))
-        if events is None:
-            err("kvcr_kv_events_port on %s: %r is not a port" % (host, own_var("kvcr_kv_events_port")))
-        else:
-            local_only.append({"proto": "tcp", "ports": (events, events), "dport": str(events),
-                               "variable": "kvcr_kv_events_port", "comment": "kvcr_kv_events_port"})
+        local("kvcr_kv_events_port")
         agent = inv.own(host, "kvcr_state_agent_enabled", _MISSING)
         if agent is _MISSING:
             default = role_defaults.get("kvcr_state_agent_enabled")

@@ -31,6 +31,7 @@ with open(os.path.join(REPO, "roles", "firewall", "defaults", "main.yml")) as _f
 ANY = ["0.0.0.0/0", "::/0"]
 SB = ["127.0.10.1", "127.0.10.2", "127.0.10.3"]
 DYN = "tcp/32768-60999"
+PROXY = "tcp/23790"   # the etcd gRPC proxy of every Dynamo host: loopback only (no source)
 
 
 def load(name, host_vars=None):
@@ -67,14 +68,14 @@ def tables(name, host_vars=None, **overrides):
 def test_sandbox():
     assert tables("sandbox") == {
         # etcd member + frontend
-        "sb1": {"tcp/2222": ANY, "tcp/2379": SB, "tcp/2380": SB, "tcp/8000": SB, DYN: SB},
+        "sb1": {"tcp/2222": ANY, "tcp/2379": SB, "tcp/2380": SB, "tcp/8000": SB, DYN: SB, PROXY: []},
         # etcd member, two vLLM workers, the Maru pool (clients: the worker hosts sb2, sb3)
         "sb2": {"tcp/2222": ANY, "tcp/2379": SB, "tcp/2380": SB,
-                "tcp/18081": SB, "tcp/19081": SB, "tcp/18082": SB, "tcp/19082": SB, DYN: SB,
+                "tcp/18081": SB, "tcp/19081": SB, "tcp/18082": SB, "tcp/19082": SB, DYN: SB, PROXY: [],
                 "tcp/9850": SB[1:], "tcp/5555": SB[1:]},
         # etcd member, two mockers
         "sb3": {"tcp/2222": ANY, "tcp/2379": SB, "tcp/2380": SB,
-                "tcp/18081": SB, "tcp/19081": SB, "tcp/18082": SB, "tcp/19082": SB, DYN: SB},
+                "tcp/18081": SB, "tcp/19081": SB, "tcp/18082": SB, "tcp/19082": SB, DYN: SB, PROXY: []},
     }
 
 
@@ -82,7 +83,7 @@ def test_single_node():
     me = ["192.0.2.11"]
     assert tables("single_node") == {
         "gpu-node-1": {"tcp/22": ANY, "tcp/2379": me, "tcp/2380": me, "tcp/8000": me,
-                       "tcp/18081": me, "tcp/19081": me, "tcp/18082": me, "tcp/19082": me, DYN: me,
+                       "tcp/18081": me, "tcp/19081": me, "tcp/18082": me, "tcp/19082": me, DYN: me, PROXY: [],
                        "tcp/9850": me, "tcp/5555": me},
     }
 
@@ -92,10 +93,11 @@ def test_two_node_kvcr():
     assert tables("two_node_kvcr") == {
         # etcd (single member), frontend, KVCR worker slot 0 + the KV state agent
         "gpu-a": {"tcp/22": ANY, "tcp/2379": both, "tcp/2380": ["10.0.1.11"], "tcp/8000": both,
-                  "tcp/9090": both, "tcp/9190": both, DYN: both,
+                  "tcp/9090": both, "tcp/9190": both, DYN: both, PROXY: [],
                   "tcp/23280": both, "tcp/9091": both, "tcp/23080": []},
         # KVCR worker slot 1 (no state agent); the KV events port is loopback-only on both
-        "gpu-b": {"tcp/22": ANY, "tcp/9090": both, "tcp/9190": both, DYN: both, "tcp/23280": both, "tcp/23080": []},
+        "gpu-b": {"tcp/22": ANY, "tcp/9090": both, "tcp/9190": both, DYN: both, PROXY: [], "tcp/23280": both,
+                  "tcp/23080": []},
     }
 
 
@@ -121,6 +123,9 @@ def test_inventory_overrides_on_the_kvcr_inventory():
     assert out["gpu-b"]["tcp/9091"] == ["10.0.1.11", "10.0.1.12"]
     assert "tcp/24280" in out["gpu-a"] and "tcp/23280" not in out["gpu-a"] and "tcp/23280" in out["gpu-b"]
     assert "tcp/8080" in out["gpu-a"] and "tcp/8000" not in out["gpu-a"]
+    # without the etcd gRPC proxy there is no proxy port to keep local
+    out = tables("two_node_kvcr", host_vars={"gpu-b": {"etcd_client_proxy_enabled": False}})
+    assert PROXY in out["gpu-a"] and PROXY not in out["gpu-b"]
 
 
 # --- the preflight in validate.yml ------------------------------------------------------------

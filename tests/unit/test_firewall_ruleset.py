@@ -66,6 +66,8 @@ PROBES = {
     (STRANGER, 2222): ("open", "open"),       # SSH (firewall_ssh_port = ansible_port) from anywhere
     (SB3, 40000): ("open", "open"),           # Dynamo's ephemeral ports between Dynamo hosts
     (STRANGER, 40000): ("dropped", "dropped"),
+    (SB2, 23790): ("dropped", "dropped"),     # the etcd gRPC proxy port: loopback only, even with accept
+    (LOCAL, 23790): ("open", "open"),
 }
 LISTENERS = sorted({port for _, port in PROBES})
 
@@ -182,7 +184,8 @@ def test_rendered_files(rendered):
     assert "tcp dport 2222 accept" in drop            # SSH: firewall_ssh_port follows ansible_port (2222)
     assert re.search(r'ip saddr \{ 127\.0\.10\.1, 127\.0\.10\.2, 127\.0\.10\.3, 127\.0\.20\.0/24 \} '
                      r'tcp dport 8000 accept comment "dynamo_frontend_http_port"', drop)
-    assert 'tcp dport { 2222, 2379-2380, 8000, 32768-60999 } drop' in accept
+    assert 'tcp dport { 2222, 2379-2380, 8000, 23790, 32768-60999 } drop' in accept
+    assert 'tcp dport 23790 drop comment "etcd_client_proxy_port: local only"' in drop
     # the include block went after Debian's flush ruleset; a fresh conf was created for the accept variant
     conf = (out / "drop" / "nftables.conf").read_text()
     assert conf.startswith(DEBIAN_NFTABLES_CONF)

@@ -41,6 +41,7 @@ def test_role_defaults_are_read_from_the_roles():
     assert (DEFAULTS["maru_pool_rm_port"], DEFAULTS["maru_pool_server_port"]) == (9850, 5555)
     assert (DEFAULTS["kvcr_control_port"], DEFAULTS["kvcr_kv_events_port"]) == (23280, 23080)
     assert DEFAULTS["kvcr_state_agent_system_port"] == 9091
+    assert DEFAULTS["etcd_client_proxy_port"] == 23790 and DEFAULTS["etcd_client_proxy_enabled"] is True
     # the one templated default the plan evaluates itself
     assert DEFAULTS["kvcr_state_agent_enabled"] == fw.KVCR_STATE_AGENT_DEFAULT
 
@@ -54,6 +55,7 @@ def test_frontend_and_etcd_host():
         "tcp/2380": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
         "tcp/32768-60999": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
         "tcp/8000": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
+        "tcp/23790": [],   # the etcd gRPC proxy: loopback only
     }
     # a host outside the service groups (bastion) is no source
     assert "10.9.9.9" not in str(p)
@@ -63,7 +65,7 @@ def test_worker_and_maru_host():
     p = plan("b")
     assert p["errors"] == []
     table = fw.port_table(p)
-    assert sorted(table) == ["tcp/18081", "tcp/18082", "tcp/19081", "tcp/22", "tcp/2379", "tcp/2380",
+    assert sorted(table) == ["tcp/18081", "tcp/18082", "tcp/19081", "tcp/22", "tcp/2379", "tcp/23790", "tcp/2380",
                              "tcp/32768-60999", "tcp/5555", "tcp/9850"]
     # Maru: only the worker hosts (and the pool host)
     assert table["tcp/9850"] == table["tcp/5555"] == ["10.0.0.2", "10.0.0.3"]
@@ -77,7 +79,7 @@ def test_kvcr_host_state_agent_and_local_only_events_port():
     assert table["tcp/23280"] == ["10.0.0.3"]          # KVCR peers only (here: itself)
     assert table["tcp/9091"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]   # slot 0 runs the state agent
     assert table["tcp/23080"] == []                     # local only
-    assert p["local_only"][0]["variable"] == "kvcr_kv_events_port"
+    assert [r["variable"] for r in p["local_only"]] == ["etcd_client_proxy_port", "kvcr_kv_events_port"]
     hostvars, groups = three_hosts()
     hostvars["c"]["kvcr_cache_slot"] = 1
     assert "tcp/9091" not in fw.port_table(plan("c", hostvars, groups))
@@ -121,7 +123,7 @@ def test_extra_ports_and_guarded_set():
     extra = [r for r in p["rules"] if r["variable"] == "firewall_extra_ports[0].port"][0]
     assert '"' not in extra["description"]
     # merged, overlap-free port intervals for the accept policy's final drop
-    assert p["guarded"] == {"tcp": "{ 22, 2379-2380, 8000, 9100, 32768-60999 }", "udp": "{ 40000-40010 }"}
+    assert p["guarded"] == {"tcp": "{ 22, 2379-2380, 8000, 9100, 23790, 32768-60999 }", "udp": "{ 40000-40010 }"}
 
 
 @pytest.mark.parametrize("options,needle", [
