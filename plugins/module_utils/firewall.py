@@ -12,7 +12,7 @@ filter and passed in as ``role_defaults``); nothing here repeats a port number, 
 perftest default (``ib_write_bw`` has no variable for it in rdma_ucx).
 
 Sources are the service hosts' addresses (``kvshare_bind_address``, else the host's default IPv4
-fact) plus the operator's CIDRs:
+fact, plus each host's ``firewall_host_addresses``) plus the operator's CIDRs:
 
 =====================================  ==========================================  =============================
 port (variable)                        on hosts of                                 from
@@ -28,7 +28,7 @@ maru_pool_rm_port, maru_pool_server_port maru_pool                              
 kvcr_control_port                      kvcr_group_name (kvcr)                      KVCR hosts
 kvcr_state_agent_system_port           kvcr hosts running the state agent          cluster + metrics sources
 kvcr_kv_events_port                    kvcr                                        nobody (loopback only)
-etcd_client_proxy_port                 dynamo (the etcd gRPC proxy)                nobody (loopback only)
+etcd_client_proxy_port                 dynamo (the local etcd client proxy)        nobody (loopback only)
 perftest port (ib_write_bw, 18515)     a host named by rdma_ucx_bw_server          the rdma_ucx_bw_test clients
 firewall_extra_ports[*]                every host that sets them                   their sources, else cluster
 =====================================  ==========================================  =============================
@@ -326,6 +326,15 @@ def host_plan(host, groups, hostvars, options, role_defaults):
         errors.extend(problems)
         return nets
 
+    def also(member):
+        """The member's firewall_host_addresses: other addresses its connections may come from."""
+        values = inv.own(member, "firewall_host_addresses", [])
+        if values in (None, ""):
+            return []
+        nets, problems = parse_sources(values, "firewall_host_addresses", member)
+        errors.extend("%s (needed as a firewall source on %s)" % (p, host) for p in problems)
+        return nets
+
     def addresses(hosts):
         nets = []
         for member in hosts:
@@ -333,6 +342,7 @@ def host_plan(host, groups, hostvars, options, role_defaults):
                 nets.append(inv.address(member))
             except FirewallError as exc:
                 err("%s (needed as a firewall source on %s)" % (exc, host))
+            nets.extend(also(member))
         return nets
 
     def add(proto, port_value, variable, description, sources):
@@ -402,6 +412,7 @@ def host_plan(host, groups, hostvars, options, role_defaults):
                 peers.append(inv.etcd_address(member))
             except FirewallError as exc:
                 err("%s (needed as a firewall source on %s)" % (exc, host))
+            peers.extend(also(member))
         add("tcp", own_var("etcd_peer_port"), "etcd_peer_port", "etcd peers (members of %s)" % etcd_group,
             _Sources(peers))
 
@@ -414,7 +425,7 @@ def host_plan(host, groups, hostvars, options, role_defaults):
                                "comment": variable})
 
     # --- Dynamo -----------------------------------------------------------------------------
-    # The etcd gRPC proxy of every Dynamo host checks no client certificate: this host's only.
+    # The local etcd client proxy of every Dynamo host serves this host's Dynamo processes only.
     if host in dynamo_hosts and _truthy(own_var("etcd_client_proxy_enabled")):
         local("etcd_client_proxy_port")
     if host in frontends:

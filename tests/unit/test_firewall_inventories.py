@@ -31,7 +31,7 @@ with open(os.path.join(REPO, "roles", "firewall", "defaults", "main.yml")) as _f
 ANY = ["0.0.0.0/0", "::/0"]
 SB = ["127.0.10.1", "127.0.10.2", "127.0.10.3"]
 DYN = "tcp/32768-60999"
-PROXY = "tcp/23790"   # the etcd gRPC proxy of every Dynamo host: loopback only (no source)
+PROXY = "tcp/23790"   # the local etcd client proxy of every Dynamo host: loopback only (no source)
 
 
 def load(name, host_vars=None):
@@ -123,7 +123,7 @@ def test_inventory_overrides_on_the_kvcr_inventory():
     assert out["gpu-b"]["tcp/9091"] == ["10.0.1.11", "10.0.1.12"]
     assert "tcp/24280" in out["gpu-a"] and "tcp/23280" not in out["gpu-a"] and "tcp/23280" in out["gpu-b"]
     assert "tcp/8080" in out["gpu-a"] and "tcp/8000" not in out["gpu-a"]
-    # without the etcd gRPC proxy there is no proxy port to keep local
+    # without the local etcd client proxy there is no proxy port to keep local
     out = tables("two_node_kvcr", host_vars={"gpu-b": {"etcd_client_proxy_enabled": False}})
     assert PROXY in out["gpu-a"] and PROXY not in out["gpu-b"]
 

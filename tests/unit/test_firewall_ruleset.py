@@ -66,7 +66,7 @@ PROBES = {
     (STRANGER, 2222): ("open", "open"),       # SSH (firewall_ssh_port = ansible_port) from anywhere
     (SB3, 40000): ("open", "open"),           # Dynamo's ephemeral ports between Dynamo hosts
     (STRANGER, 40000): ("dropped", "dropped"),
-    (SB2, 23790): ("dropped", "dropped"),     # the etcd gRPC proxy port: loopback only, even with accept
+    (SB2, 23790): ("dropped", "dropped"),     # the local etcd client proxy port: loopback only, even with accept
     (LOCAL, 23790): ("open", "open"),
 }
 LISTENERS = sorted({port for _, port in PROBES})

@@ -55,7 +55,7 @@ def test_frontend_and_etcd_host():
         "tcp/2380": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
         "tcp/32768-60999": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
         "tcp/8000": ["10.0.0.1", "10.0.0.2", "10.0.0.3"],
-        "tcp/23790": [],   # the etcd gRPC proxy: loopback only
+        "tcp/23790": [],   # the local etcd client proxy: loopback only
     }
     # a host outside the service groups (bastion) is no source
     assert "10.9.9.9" not in str(p)
@@ -170,6 +170,17 @@ def test_unknown_address_and_bad_worker_ports_are_errors():
     # the default IPv4 fact stands in for a missing kvshare_bind_address
     hostvars["c"]["ansible_facts"] = {"default_ipv4": {"address": "10.0.0.33"}}
     assert "10.0.0.33" in fw.port_table(plan("a", hostvars, groups))["tcp/2379"]
+
+
+def test_host_addresses_of_a_multi_homed_host():
+    hostvars, groups = three_hosts()
+    hostvars["b"]["firewall_host_addresses"] = ["10.1.0.2", "fd00::2"]
+    table = fw.port_table(plan("a", hostvars, groups))
+    assert table["tcp/2379"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.1.0.2", "fd00::2"]
+    assert table["tcp/2380"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.1.0.2", "fd00::2"]
+    hostvars["b"]["firewall_host_addresses"] = "10.1.0.2"
+    errors = plan("a", hostvars, groups)["errors"]
+    assert any("firewall_host_addresses on b: must be a list" in e and "on a" in e for e in errors), errors
 
 
 def test_perftest_port_for_the_bw_test_server():
