@@ -76,6 +76,8 @@ def make_copy(base=DAY2_DIR, extra_workers=None, extra_host=False):
     _update(os.path.join(gv, "all.yml"), {
         "etcd_pki_dir": base + "/pki/{{ etcd_cluster_name | default('kvshare') }}",
         "etcd_client_pki_dir": base + "/pki/{{ etcd_client_cluster_name | default('kvshare') }}",
+        # The etcd client proxies listen on the copy's addresses (see inventories/sandbox).
+        "etcd_cert_extra_sans": ["IP:" + h["kvshare_bind_address"] for h in inv["all"]["children"]["sandbox"]["hosts"].values()],
     })
     with open(os.path.join(gv, "sandbox.yml")) as handle:
         volumes = yaml.safe_load(handle)["sandbox_volumes"]

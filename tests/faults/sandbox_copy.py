@@ -44,6 +44,8 @@ def make_copy(base=FAULTS_DIR):
     _update(os.path.join(gv, "all.yml"), {
         "etcd_pki_dir": base + "/pki/{{ etcd_cluster_name | default('kvshare') }}",
         "etcd_client_pki_dir": base + "/pki/{{ etcd_client_cluster_name | default('kvshare') }}",
+        # The etcd client proxies listen on the copy's addresses (see inventories/sandbox).
+        "etcd_cert_extra_sans": ["IP:" + SUBNET_TO + str(n) for n in (1, 2, 3)],
     })
     with open(os.path.join(gv, "sandbox.yml")) as handle:
         volumes = yaml.safe_load(handle)["sandbox_volumes"]

@@ -34,7 +34,7 @@ def _pem_needles(path):
 
 def test_secrets_never_printed_and_files_private(stack, record):
     """site.yml -vvv output holds no secret; key and secret files are 0600 with the right owner"""
-    pki = os.path.join(F.FAULTS_DIR, "pki", "kvshare")  # the copy's etcd_pki_dir (sandbox_copy.py)
+    pki = F.PKI_DIR
     keys = sorted(glob.glob(os.path.join(pki, "*-key.pem")))
     names = {os.path.basename(k) for k in keys}
     assert "ca-key.pem" in names and any(n.startswith("member-") for n in names) \
