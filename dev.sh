@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Developer entry point for kvshare.dynamo (run as root on Debian 12).
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
-#   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule
-# Other targets: bootstrap, lint, unit, build, molecule, verify, bench (after sandbox), faults, destroy.
+#   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule,
+#                      the fault suite
+#              (molecule keeps its hosts for the fault suite, tests/faults, then removes them)
+# Other targets: bootstrap, lint, unit, build, molecule, verify, bench (after sandbox), faults, day2, destroy.
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$PWD
@@ -67,6 +69,24 @@ molecule_test() {
   molecule test
 }
 
+# CI: the molecule scenario keeps its hosts, the fault suite runs on them, then they are removed.
+molecule_keep() {
+  echo "== molecule test --destroy never (sandbox hosts: create, converge, idempotence, verify; kept for the fault suite)"
+  molecule test --destroy never
+}
+
+faults_on_molecule_hosts() {
+  echo "== fault suite (tests/faults) on the molecule hosts"
+  KVSHARE_FAULTS=1 KVSHARE_FAULTS_INVENTORY="$REPO/inventories/sandbox" \
+    KVSHARE_FAULTS_DIR=${KVSHARE_FAULTS_RUN_DIR:-/var/tmp/kvshare-faults-run} \
+    python -m pytest -v -p no:cacheprovider tests/faults
+}
+
+molecule_destroy() {
+  echo "== molecule destroy"
+  molecule destroy >/dev/null
+}
+
 faults() {
   # Its own copy of the sandbox (127.0.11.N, containers kvshare-f-sb1..3, own kvpool and PKI under
   # KVSHARE_FAULTS_DIR): created, rolled out, put through every fault, then removed. Prints the
@@ -113,13 +133,20 @@ case "${1:-}" in
   molecule) bootstrap; molecule_test ;;
   test)
     bootstrap
-    start=$(date +%s); results=()
-    for step in lint unit build molecule_test; do
+    start=$(date +%s); results=(); logs=$(mktemp -d)
+    for step in lint unit build molecule_keep faults_on_molecule_hosts; do
       t0=$(date +%s)
-      if "$step"; then results+=("PASS $step ($(( $(date +%s) - t0 )) s)")
-      else results+=("FAIL $step ($(( $(date +%s) - t0 )) s)"); printf '%s\n' "${results[@]}"; exit 1; fi
+      if "$step" 2>&1 | tee "$logs/$step.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+        results+=("PASS $step ($(( $(date +%s) - t0 )) s)")
+      else
+        results+=("FAIL $step ($(( $(date +%s) - t0 )) s)")
+        case $step in molecule_keep|faults_on_molecule_hosts) molecule_destroy || true ;; esac
+        printf '%s\n' "${results[@]}"; exit 1
+      fi
     done
+    molecule_destroy
     echo "== summary ($(( $(date +%s) - start )) s)"; printf '%s\n' "${results[@]}"
+    grep -h -E "^bad inputs rejected|^faults survived|^nothing lost" "$logs"/*.log || true
     ;;
   *) sed -n '2,6p' "$0"; exit 2 ;;
 esac

@@ -12,11 +12,20 @@ import time
 
 from sandbox_copy import FAULTS_DIR, REPO, make_copy
 
-INVENTORY = make_copy()
+# KVSHARE_FAULTS_INVENTORY: an existing, rolled-out sandbox (CI: the molecule scenario's hosts,
+# inventories/sandbox) instead of a copy of its own; the run's logs and reports go to RUN_DIR.
+TARGET = os.environ.get("KVSHARE_FAULTS_INVENTORY")
+if TARGET:
+    INVENTORY = os.path.abspath(TARGET)
+    RUN_DIR = os.environ.get("KVSHARE_FAULTS_DIR", "/var/tmp/kvshare-faults-run")
+else:
+    INVENTORY = make_copy()
+    RUN_DIR = FAULTS_DIR
+    # Ansible's fact cache is keyed by inventory name (sb1..3 here and in the main sandbox): keep ours apart.
+    os.environ["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = os.path.join(FAULTS_DIR, "facts")
+os.makedirs(RUN_DIR, exist_ok=True)
 os.environ["KVSHARE_INVENTORY"] = INVENTORY
-# Ansible's fact cache is keyed by inventory name (sb1..3 here and in the main sandbox): keep ours apart.
-os.environ["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = os.path.join(FAULTS_DIR, "facts")
-os.environ["KVSHARE_VERIFY_REPORT"] = os.path.join(FAULTS_DIR, "verify.json")
+os.environ["KVSHARE_VERIFY_REPORT"] = os.path.join(RUN_DIR, "verify.json")
 
 _spec = importlib.util.spec_from_file_location(
     "kvshare_sandbox_helpers", os.path.join(REPO, "molecule", "default", "tests", "conftest.py"))
@@ -26,13 +35,27 @@ _spec.loader.exec_module(H)
 address, group, workers, instance_of, completion, wait_for = (
     H.address, H.group, H.workers, H.instance_of, H.completion, H.wait_for)
 FRONTEND, FRONTEND_URL, HOSTVARS = H.FRONTEND, H.FRONTEND_URL, H.HOSTVARS
-POOL_HOST_DIR = os.path.join(FAULTS_DIR, "kvpool")
+
+
+def _render(value, hostname=None):
+    """The few inventory templates the sandbox uses for paths and names, rendered without Ansible."""
+    out = str(value).replace("{{ sandbox_dir }}", H.SANDBOX_DIR)
+    out = out.replace("{{ etcd_cluster_name | default('kvshare') }}", "kvshare")
+    if hostname:
+        out = out.replace("{{ inventory_hostname }}", hostname)
+    assert "{{" not in out, "cannot render %r" % value
+    return out
+
+
+_SB = HOSTVARS[group("sandbox")[0]]
+POOL_HOST_DIR = _render(next(v["host_path"] for v in _SB["sandbox_volumes"] if v["path"] == "/srv/kvshare/kvpool"))
+PKI_DIR = _render(_SB["etcd_pki_dir"])
 SENTINEL_KEY = "kvshare/faults/sentinel"
 MARU_SECRET = "/var/lib/maru-resourced/secret"
 POLL = 0.5
 # Not running: a vLLM worker whose engine processes outlive SIGKILL for TimeoutStopSec ends "failed".
 STOPPED = ("inactive", "failed", "unknown")
-LOG_DIR = os.path.join(FAULTS_DIR, "logs")
+LOG_DIR = os.path.join(RUN_DIR, "logs")
 _RUNS = []
 _HOSTS = {}
 
@@ -48,7 +71,7 @@ def sh(name, cmd):
 
 
 def container(name):
-    return "kvshare-f-%s" % name
+    return _render(HOSTVARS[name]["sandbox_container_name"], name)
 
 
 def etcdctl(name, args, at=None):
