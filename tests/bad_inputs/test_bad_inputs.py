@@ -261,6 +261,13 @@ CASES = [
     ("kvcr_worker_missing", "kvcr", hv("gpu-b", kvcr_worker_name="other"), "gpu-b", ["kvcr_worker_name"]),
     ("worker_env_sets_dyn_connector", "maru", worker("node-3", 0, env={"DYN_CONNECTOR": "nixl"}), "node-3",
      ["DYN_CONNECTOR"]),
+    # the local etcd client proxy (TLS passes through it: the member certificates must name its address)
+    ("etcd_proxy_not_loopback", "maru", hv("node-2", etcd_client_proxy_address="192.0.2.10"), "node-2",
+     ["etcd_client_proxy_address", "192.0.2.10", "loopback"]),
+    ("etcd_proxy_address_not_in_member_certs", "maru", hv("node-3", etcd_client_proxy_address="127.0.20.3"), "node-3",
+     ["etcd_client_proxy_address", "127.0.20.3", "etcd_cert_extra_sans"]),
+    ("etcd_proxy_port_wrong_type", "kvcr", gv("kvcr", etcd_client_proxy_port="proxy"), "gpu-a",
+     ["etcd_client_proxy_port"]),
     # host firewall (opt-in: each case enables it on the host it breaks)
     ("firewall_extra_port_out_of_range", "maru", hv("node-2", firewall_enabled=True,
                                                     firewall_extra_ports=[{"port": 70000, "proto": "tcp"}]),
