@@ -75,7 +75,7 @@ def test_fault_02_worker_never_registers(stack, record):
     ev = extra_vars_file("bad-model.json", {
         "faults_workers": per_host,
         "dynamo_workers": "{{ faults_workers[inventory_hostname] | default([]) }}",
-        "dynamo_worker_ready_timeout": 60})
+        "dynamo_worker_ready_timeout": 30})
     others = {key(h, w) for h, w in F.workers() if (h, w["name"]) != (hostname, bad["name"])}
     # Only the workers are rolled (`--tags dynamo_worker`: validation, then the worker role).
     res, took = F.playbook("site.yml", "--tags", "dynamo_worker", "-e", ev)
@@ -93,12 +93,13 @@ def test_fault_02_worker_never_registers(stack, record):
         # The other workers stayed up.
         assert F.serving_map(only=others) is not None, "another worker stopped serving"
     finally:
+        # The operator's fix: the worker role again with the right model.
         t0 = time.monotonic()
-        res, _ = F.playbook("site.yml")
+        res, _ = F.playbook("site.yml", "--tags", "dynamo_worker")
     assert res.returncode == 0, res.stdout[-4000:]
     F.wait_all_serving(timeout=300)
     record["recovery_s"] = time.monotonic() - t0
-    record["note"] = "failed run %.0f s; restore = site.yml" % took
+    record["note"] = "failed run %.0f s; restore = site.yml --tags dynamo_worker" % took
     finish(stack, record)
 
 
@@ -155,12 +156,19 @@ def test_fault_04_one_etcd_member_down(stack, record):
     finish(stack, record)
 
 
+def _restarts():
+    """{unit on host: NRestarts} of the frontend and every worker (automatic restarts by systemd)."""
+    units = [(F.FRONTEND, "dynamo-frontend")] + [(h, "dynamo-worker@%s" % w["name"]) for h, w in F.workers()]
+    return {"%s on %s" % (u, h): int(F.sh(h, "systemctl show -p NRestarts --value %s" % u)) for h, u in units}
+
+
 def test_fault_05_etcd_cluster_restart(stack, record):
     """whole etcd cluster down 15 s and restarted: Dynamo processes re-register, stack serves"""
     members = F.group("etcd")
+    restarts_before = _restarts()
     for m in members:
         F.sh(m, "systemctl stop etcd")
-    time.sleep(15)  # longer than Dynamo's lease TTL: registrations must be renewed, not just kept
+    time.sleep(15)  # half of Dynamo's 30 s lease TTL: the processes must ride it out or come back
     for m in members:
         F.sh(m, "systemctl start --no-block etcd")
     t0 = time.monotonic()
@@ -168,10 +176,23 @@ def test_fault_05_etcd_cluster_restart(stack, record):
                interval=F.POLL, what="every etcd member active")
     etcd_up = time.monotonic() - t0
     F.wait_all_serving(timeout=300)
+    first_ok = time.monotonic() - t0
+    # A process whose lease ran out during the outage exits and systemd restarts it; that happens
+    # within one lease TTL (30 s) of the outage. Watch that whole window, then require the stack
+    # whole again: every worker serving, no stale registrations.
+    window_end, last_gap = t0 + 35, None
+    while time.monotonic() < window_end:
+        if F.serving_map() is None:
+            last_gap = time.monotonic()
+        time.sleep(F.POLL)
+    F.wait_all_serving(timeout=300)
     F.wait_for(lambda: len(F.H.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
                what="no stale registrations")
-    record["recovery_s"] = time.monotonic() - t0
-    record["note"] = "etcd active after %.1f s" % etcd_up
+    # Until every worker served for good: the first time, unless a gap followed within the window.
+    record["recovery_s"] = (time.monotonic() - t0) if last_gap else first_ok
+    restarted = {u: n - restarts_before[u] for u, n in _restarts().items() if n != restarts_before[u]}
+    record["note"] = "etcd active after %.1f s; restarted by systemd (lease expired): %s" % (
+        etcd_up, ", ".join("%s x%d" % kv for kv in restarted.items()) or "none")
     finish(stack, record)
 
 
@@ -231,7 +252,7 @@ def test_fault_07_port_taken(stack, record):
     finally:
         F.sh(hostname, "systemctl stop kvshare-fault-squatter || true")
         t0 = time.monotonic()
-        res, _ = F.playbook("site.yml")
+        res, _ = F.playbook("site.yml", "--tags", "dynamo_worker")
     assert res.returncode == 0, res.stdout[-4000:]
     F.wait_all_serving(timeout=300)
     record["recovery_s"] = time.monotonic() - t0
@@ -267,11 +288,11 @@ def test_fault_08_pool_down(stack, record):
         assert F.serving_map(only=others) is not None
     finally:
         t0 = time.monotonic()
-        res, _ = F.playbook("site.yml")
+        res, _ = F.playbook("site.yml", "--tags", "maru_pool,dynamo_worker")
     assert res.returncode == 0, res.stdout[-4000:]
     F.wait_all_serving(timeout=300)
     record["recovery_s"] = time.monotonic() - t0
-    record["note"] = "recovery = site.yml with the pool back"
+    record["note"] = "recovery = site.yml --tags maru_pool,dynamo_worker (the pool, then the workers)"
     finish(stack, record)
 
 
