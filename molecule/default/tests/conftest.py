@@ -28,7 +28,11 @@ HOSTVARS = INV["_meta"]["hostvars"]
 
 
 def group(name):
-    return INV.get(name, {}).get("hosts", [])
+    """Hosts of a group, its child groups' hosts included (in inventory order, no repeats)."""
+    out = list(INV.get(name, {}).get("hosts", []))
+    for child in INV.get(name, {}).get("children", []):
+        out += [h for h in group(child) if h not in out]
+    return out
 
 
 def address(host):

@@ -53,3 +53,7 @@ def test_dynamo_hosts_hold_client_credentials_privately(hosts, host):
     env = hosts[host].file("/etc/kvshare/etcd/client.env")
     assert env.user == "root" and env.mode == 0o600
     assert "BEGIN" in env.content_string and "ETCD_ENDPOINTS=https://" in env.content_string
+    # Dynamo reaches etcd through this host's client proxy (docs/etcd.md), which is up.
+    assert "ETCD_ENDPOINTS=https://%s:23790\n" % address(host) in env.content_string
+    assert hosts[host].service("etcd-client-proxy").is_running
+    assert hosts[host].service("etcd-client-proxy").is_enabled
