@@ -335,11 +335,11 @@ def host_plan(host, groups, hostvars, options, role_defaults):
         errors.extend("%s (needed as a firewall source on %s)" % (p, host) for p in problems)
         return nets
 
-    def addresses(hosts):
+    def addresses(hosts, address_of=None):
         nets = []
         for member in hosts:
             try:
-                nets.append(inv.address(member))
+                nets.append((address_of or inv.address)(member))
             except FirewallError as exc:
                 err("%s (needed as a firewall source on %s)" % (exc, host))
             nets.extend(also(member))
@@ -406,13 +406,7 @@ def host_plan(host, groups, hostvars, options, role_defaults):
     if host in members:
         add("tcp", own_var("etcd_client_port"), "etcd_client_port", "etcd clients (every service host)",
             _Sources(cluster + metrics_sources))
-        peers = []
-        for member in members:
-            try:
-                peers.append(inv.etcd_address(member))
-            except FirewallError as exc:
-                err("%s (needed as a firewall source on %s)" % (exc, host))
-            peers.extend(also(member))
+        peers = addresses(members, inv.etcd_address)
         add("tcp", own_var("etcd_peer_port"), "etcd_peer_port", "etcd peers (members of %s)" % etcd_group,
             _Sources(peers))
 
