@@ -196,7 +196,13 @@ def run_seed(p, fetch=dynamo_http.fetch_metrics, post=dynamo_http.post_json, clo
             continue
         before[w["name"]] = expo
         ids = dynamo_http.worker_ids_from_metrics(expo)
-        instances[w["name"]] = str(ids[0]) if len(ids) == 1 else None
+        if len(ids) != 1:
+            # The gone phase waits for one instance id to leave discovery: guessing one is no proof.
+            out["errors"].append("%s /metrics at %s names %d instance ids (%s): the check needs exactly one "
+                                 "worker behind each system port" % (w["name"], w["system_url"], len(ids),
+                                                                      ", ".join("%x" % i for i in sorted(ids)) or "none"))
+            continue
+        instances[w["name"]] = str(ids[0])
     out["instances"] = instances
     if out["errors"]:
         return out

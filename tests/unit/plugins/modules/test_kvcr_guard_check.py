@@ -145,3 +145,14 @@ def test_gone_waits_for_the_instance_to_leave():
     stuck = kgc.run_gone({"frontend_url": "u", "instance_id": "7", "timeout": 3.0, "interval": 1.0},
                          get=get, clock=clock, sleep=clock.sleep)
     assert "still listed" in stuck["errors"][0]
+
+
+def test_seed_refuses_a_worker_whose_metrics_name_several_instances():
+    # Two worker_id values behind one system port: no instance can be chosen for the gone phase.
+    extra = page("metrics_a_0.txt").replace("3086a229cb33db3e", "00000000000000aa")
+    stack = Stack({"http://10.0.1.11:9090": [page("metrics_a_0.txt") + extra],
+                   "http://10.0.1.12:9090": [page("metrics_b_0.txt")]}, ["Received."])
+    out = kgc.run_seed(params(), fetch=stack.fetch, post=stack.post)
+    assert len(out["errors"]) == 1 and "gpu-a /metrics at http://10.0.1.11:9090 names 2 instance ids" in out["errors"][0]
+    assert "aa" in out["errors"][0] and out["instances"] == {"gpu-b": str(0x3086a229cb33dd1a)}
+    assert stack.posts == []
