@@ -27,6 +27,18 @@ def kvcr_worker_env(slot, slot_count, hash_seed, proto_info=False):
     return _kvcr.worker_env(slot, slot_count, hash_seed, proto_info)
 
 
+def kvcr_host_worker_settings(host, hostvars):
+    """A KVCR host's worker settings (kv_transfer_config, env, extra_args) from its variables alone.
+
+    The same values the kvcr preflight exports as facts, so plays that do not run the preflight
+    (status.yml, verify.yml) can still template a dynamo_workers list that refers to them.
+    """
+    try:
+        return _kvcr.host_worker_settings(hostvars[host])
+    except (KeyError, ValueError) as exc:
+        raise AnsibleFilterError("kvcr_host_worker_settings(%s): %s" % (host, exc)) from exc
+
+
 def kvcr_service_argv(python, options):
     """argv of ``python -m kvcr.kvcr_service``."""
     try:
@@ -74,6 +86,34 @@ def kvcr_worker_errors(worker, expected_config, variant, require_hardware=True):
     return _kvcr.worker_errors(dict(worker or {}), expected_config, variant, require_hardware)
 
 
+def kvcr_ucx_envs(gpus, plan=None, overrides=None, tls="", extra_env=None, files=None):
+    """{gpu: UCX environment or None} of the KVCR worker's GPUs (plan, override, else the installed file)."""
+    return _kvcr.ucx_envs(list(gpus or []), plan, overrides, tls, extra_env, files)
+
+
+def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=_kvcr.REQUIRED_UCX_TLS):
+    """Why the KVCR worker's GPUs on host would not use RDMA (each message names the GPU and the host)."""
+    return _kvcr.rdma_transport_errors(host, [str(g) for g in gpus or []], dict(envs or {}), required_tls)
+
+
+def kvcr_pool_limit_error(pool_sizes_gb, guard_count, limit_gb):
+    """Why the memory service's pools exceed kvcr_service_pool_limit_gb ('' when they fit)."""
+    try:
+        return _kvcr.pool_limit_error(guard_count, pool_sizes_gb, limit_gb)
+    except (TypeError, ValueError) as exc:
+        return "kvcr_service_pool_sizes_gb / kvcr_service_pool_limit_gb: %s" % exc
+
+
+def kvcr_transport_count(log_text):
+    """How often rc_mlx5 appears in a journal excerpt."""
+    return _kvcr.transport_count(log_text)
+
+
+def kvcr_transport_rise_errors(counts):
+    """rc_mlx5 counts {side: [before, after]} that did not rise across the resend."""
+    return _kvcr.transport_rise_errors(dict((k, tuple(v)) for k, v in (counts or {}).items()))
+
+
 def kvcr_advertise_host_error(host):
     """Why host cannot be advertised to the state agent and peers ('' when it can)."""
     return _kvcr.advertise_host_error(host) or ""
@@ -115,11 +155,17 @@ class FilterModule:
             "kvcr_kv_transfer_config": kvcr_kv_transfer_config,
             "kvcr_worker_env": kvcr_worker_env,
             "kvcr_service_argv": kvcr_service_argv,
+            "kvcr_host_worker_settings": kvcr_host_worker_settings,
             "kvcr_members": kvcr_members,
             "kvcr_router_modes": kvcr_router_modes,
             "kvcr_deployment_errors": kvcr_deployment_errors,
             "kvcr_worker_errors": kvcr_worker_errors,
             "kvcr_advertise_host_error": kvcr_advertise_host_error,
+            "kvcr_ucx_envs": kvcr_ucx_envs,
+            "kvcr_rdma_transport_errors": kvcr_rdma_transport_errors,
+            "kvcr_pool_limit_error": kvcr_pool_limit_error,
+            "kvcr_transport_count": kvcr_transport_count,
+            "kvcr_transport_rise_errors": kvcr_transport_rise_errors,
             "kvcr_rdma_errors": kvcr_rdma_errors,
             "kvcr_guard_workers": kvcr_guard_workers,
         }

@@ -21,6 +21,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import ipaddress
+import json
 import os
 import re
 import signal
@@ -250,6 +251,77 @@ def worker_env(slot, slot_count, hash_seed, proto_info=False):
     return env
 
 
+# Role defaults (roles/kvcr/defaults/main.yml) the worker settings are derived from when the kvcr
+# role is not loaded (status.yml, verify.yml, any play that only reads dynamo_workers);
+# tests/unit/plugins/module_utils/test_kvcr.py keeps them in lock-step with the role.
+HOST_DEFAULTS = {
+    "kvcr_variant": "memory_service",
+    "kvcr_cache_slot_count": 2,
+    "kvcr_cache_owner_prefix": "01010101010101010101010101010101:02020202020202020202020202020202/0303030303030303",
+    "kvcr_compatibility_digest": "",
+    "kvcr_hash_seed": 0,
+    "kvcr_ucx_proto_info": False,
+    "kvcr_cpu_bytes": 2147483648,
+    "kvcr_control_port": 23280,
+    "kvcr_kv_events_port": 23080,
+    "kvcr_secondary_g2_slots": 1024,
+    "kvcr_enable_telemetry": True,
+    "kvcr_service_socket_path": "/run/kvcr/memory.sock",
+}
+
+
+def _truthy(value):
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on", "y")
+    return bool(value)
+
+
+def host_advertise_host(host_vars):
+    """kvcr_advertise_host as the role resolves it: explicit, else kvshare_bind_address, else the default IPv4."""
+    for key in ("kvcr_advertise_host", "kvshare_bind_address"):
+        if host_vars.get(key):
+            return str(host_vars[key])
+    facts = host_vars.get("ansible_facts") or {}
+    addr = (facts.get("default_ipv4") or {}).get("address") or (host_vars.get("ansible_default_ipv4") or {}).get("address")
+    if not addr:
+        raise ValueError("no kvcr_advertise_host, kvshare_bind_address or gathered default IPv4 address")
+    return str(addr)
+
+
+def kv_events_args(port):
+    """extra_args that turn on vLLM's KV events (the state agent reads them)."""
+    cfg = {"publisher": "zmq", "topic": "kv-events", "endpoint": "tcp://*:%d" % int(port), "enable_kv_cache_events": True}
+    return ["--kv-events-config", json.dumps(cfg, sort_keys=True, separators=(",", ":"))]
+
+
+def host_worker_settings(host_vars):
+    """The KVCR worker settings of one host from its variables alone (no preflight facts needed).
+
+    host_vars: the host's variables (hostvars[host]); role defaults fill what is unset.
+    Returns {"kv_transfer_config", "env", "extra_args"}: what the preflight exports as
+    kvcr_worker_kv_transfer_config, kvcr_worker_env and kvcr_worker_extra_args.
+    """
+    def get(key):
+        value = host_vars.get(key)
+        return HOST_DEFAULTS[key] if value is None else value
+    advertise = host_advertise_host(host_vars)
+    options = {
+        "owner_prefix": get("kvcr_cache_owner_prefix"),
+        "cpu_bytes": int(get("kvcr_cpu_bytes")),
+        "control_port": int(get("kvcr_control_port")),
+        "socket_path": get("kvcr_service_socket_path"),
+        "compatibility_digest": get("kvcr_compatibility_digest"),
+        "secondary_g2_slots": int(get("kvcr_secondary_g2_slots")),
+        "enable_telemetry": _truthy(get("kvcr_enable_telemetry")),
+    }
+    slot, count = host_vars.get("kvcr_cache_slot"), get("kvcr_cache_slot_count")
+    return {
+        "kv_transfer_config": kv_transfer_config(get("kvcr_variant"), slot, count, advertise, options),
+        "env": worker_env(slot, count, get("kvcr_hash_seed"), _truthy(get("kvcr_ucx_proto_info"))),
+        "extra_args": kv_events_args(get("kvcr_kv_events_port")),
+    }
+
+
 def service_argv(python, options):
     """argv of the KVCR memory service (``python -m kvcr.kvcr_service``)."""
     sizes = options.get("pool_sizes_gb")
@@ -266,6 +338,130 @@ def service_argv(python, options):
     if options.get("log_level"):
         argv += ["--log-level", str(options["log_level"]).upper()]
     return argv
+
+
+# ---------------------------------------------------------------------------
+# RDMA-only transport, pool size
+# ---------------------------------------------------------------------------
+
+# The seed's transport: RC over the GPU-local mlx5 HCA plus CUDA memory; anything else lets UCX
+# fall back to TCP or host staging without an error.
+REQUIRED_UCX_TLS = "rc_x,cuda"
+# Every Guard maps a 100 MiB recovery journal ahead of its pools (kvcr 0.1.1 journal_bytes).
+JOURNAL_BYTES = 100 * 1024 * 1024
+GIB = 1024 ** 3
+
+
+def planned_ucx_env(gpu, tls="", extra_env=None):
+    """The UCX variables roles/rdma_ucx/templates/gpu.env.j2 writes for one GPU of its plan."""
+    env = {}
+    dev = gpu.get("ucx_net_devices")
+    if dev:
+        env["UCX_NET_DEVICES"] = str(dev)
+        env["UCX_TLS"] = str(tls) if tls else ("rc_x,cuda" if gpu.get("hca_is_mlx5") else "rc_v,cuda")
+    for key, value in (extra_env or {}).items():
+        env[str(key)] = str(value)
+    return env
+
+
+def override_ucx_env(device, tls="", extra_env=None):
+    """The UCX variables for a GPU pinned by rdma_ucx_hca_overrides ('mlx5_3' or 'mlx5_3:1')."""
+    dev = str(device) if ":" in str(device) else "%s:1" % device
+    return planned_ucx_env({"ucx_net_devices": dev, "hca_is_mlx5": dev.startswith("mlx5")}, tls, extra_env)
+
+
+def parse_env_file(text):
+    """KEY=VALUE lines of a systemd EnvironmentFile (comments and blanks skipped, quotes stripped)."""
+    env = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")) or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        env[key.strip()] = value
+    return env
+
+
+def ucx_envs(gpus, plan=None, overrides=None, tls="", extra_env=None, files=None):
+    """{gpu: UCX environment or None} for the worker's GPUs, from the best source known.
+
+    plan: rdma_ucx's per-GPU plan of this run (its preflight ran here), else None;
+    overrides: rdma_ucx_hca_overrides; files: {gpu: text of the GPU's UCX file on the host, or None}
+    (what is installed, read when neither plan nor override covers the GPU).
+    """
+    by_index = dict((str(g.get("index")), g) for g in (plan or []))
+    overrides = dict((str(k), v) for k, v in (overrides or {}).items())
+    files = dict((str(k), v) for k, v in (files or {}).items())
+    out = {}
+    for gpu in (str(g) for g in gpus or []):
+        if plan is not None:
+            out[gpu] = planned_ucx_env(by_index[gpu], tls, extra_env) if gpu in by_index else None
+        elif overrides.get(gpu):
+            out[gpu] = override_ucx_env(overrides[gpu], tls, extra_env)
+        elif files.get(gpu) is not None:
+            out[gpu] = parse_env_file(files[gpu])
+        else:
+            out[gpu] = None
+    return out
+
+
+def _tls_list(value):
+    return [t.strip() for t in str(value or "").split(",") if t.strip()]
+
+
+def rdma_transport_errors(host, gpus, envs, required_tls=REQUIRED_UCX_TLS):
+    """Why the KVCR worker's GPUs would not move KV over RDMA (empty list: they would).
+
+    gpus: the worker's GPU indexes; envs: {gpu index (str): UCX environment dict, or None when no
+    UCX environment is known for that GPU}. Each message names the GPU and the host.
+    """
+    errors = []
+    want = _tls_list(required_tls)
+    hint = ("KVCR moves KV over RDMA only (seed 002); set kvcr_allow_non_rdma_transport=true to allow "
+            "another transport on purpose")
+    if not gpus:
+        return ["%s: the KVCR worker names no GPU, so no GPU-local HCA can be chosen; %s" % (host, hint)]
+    for gpu in gpus:
+        where = "GPU %s on %s" % (gpu, host)
+        env = envs.get(str(gpu))
+        if env is None:
+            errors.append("%s: no UCX environment (put the host in group rdma_ucx so that its GPU-local HCA is "
+                          "written to the GPU's UCX file, or pin it with rdma_ucx_hca_overrides); %s" % (where, hint))
+            continue
+        devices = [d for d in str(env.get("UCX_NET_DEVICES") or "").split(",") if d.strip()]
+        if not devices:
+            errors.append("%s: UCX_NET_DEVICES is unset (no ACTIVE RDMA port found for this GPU; pin one with "
+                          "rdma_ucx_hca_overrides); %s" % (where, hint))
+            continue
+        if any(d.strip() == "all" or ":" not in d for d in devices):
+            errors.append("%s: UCX_NET_DEVICES=%s must name HCA ports (mlx5_N:port), not %s; %s"
+                          % (where, env.get("UCX_NET_DEVICES"), "'all'" if "all" in devices else "network interfaces",
+                             hint))
+        tls = _tls_list(env.get("UCX_TLS"))
+        if tls != want:
+            errors.append("%s: UCX_TLS=%s, KVCR requires UCX_TLS=%s (no silent TCP fallback); %s"
+                          % (where, env.get("UCX_TLS") or "(unset)", ",".join(want), hint))
+    return errors
+
+
+def pool_bytes(guard_count, pool_sizes_gb):
+    """Bytes the memory service maps in its pool directory: per Guard the journal plus every pool."""
+    sizes = pool_sizes_gb if isinstance(pool_sizes_gb, (list, tuple)) else str(pool_sizes_gb).split(",")
+    return int(guard_count) * (JOURNAL_BYTES + sum(int(float(s) * GIB) for s in sizes))
+
+
+def pool_limit_error(guard_count, pool_sizes_gb, limit_gb):
+    """Why the configured pools exceed the pool directory's cap ('' when they fit)."""
+    need = pool_bytes(guard_count, pool_sizes_gb)
+    cap = int(float(limit_gb) * GIB)
+    if need > cap:
+        return ("the memory service would map %d bytes in its pool directory (%s Guard(s) x (100 MiB journal + "
+                "pools %s GB)), more than kvcr_service_pool_limit_gb=%s (%d bytes)"
+                % (need, guard_count, pool_sizes_gb, limit_gb, cap))
+    return ""
 
 
 # ---------------------------------------------------------------------------
@@ -365,6 +561,29 @@ def recovery_errors(baseline, recovered, target_deltas):
     return errors
 
 
+UCX_TRANSPORT_RE = re.compile(r"\brc_mlx5\b")
+
+
+def transport_count(log_text, pattern=UCX_TRANSPORT_RE):
+    """How often UCX names the rc_mlx5 transport in a journal excerpt (UCX_PROTO_INFO=y lines)."""
+    return len(pattern.findall(log_text or ""))
+
+
+def transport_rise_errors(counts):
+    """The seed's RDMA proof: the rc_mlx5 count must rise across the resend on each side.
+
+    counts: {side label: (count before, count after)}, e.g. {"source gpu-a kvcr-service": (4, 9)}.
+    """
+    errors = []
+    for side, (before, after) in sorted(counts.items()):
+        if before is None or after is None:
+            errors.append("%s: rc_mlx5 count unreadable" % side)
+        elif after <= before:
+            errors.append("%s: rc_mlx5 count did not rise across the resend (%d -> %d): UCX chose no RC transport "
+                          "for it (UCX_PROTO_INFO=y must be set)" % (side, before, after))
+    return errors
+
+
 def rdma_errors(xmit_bytes, rcv_bytes, payload_bytes):
     """Whether the HCA counters cover the KVCR payload (source transmit, target receive)."""
     errors = []
@@ -443,6 +662,15 @@ def rdma_counters(sysfs_root="/", devices=None):
     elif not wanted:
         result["errors"].append("no RDMA device under %s" % base)
     return result
+
+
+def unit_cgroup_dirs(cgroup_root, control_group):
+    """Where a unit's ControlGroup lives: unified (v2), hybrid (unified/ or systemd/ below the root)."""
+    rel = str(control_group or "").lstrip("/")
+    if not rel:
+        return []
+    return [os.path.join(cgroup_root, sub, rel) for sub in ("", "unified", "systemd")
+            if os.path.isfile(os.path.join(cgroup_root, sub, rel, "cgroup.procs"))]
 
 
 def cgroup_pids(cgroup_dir):

@@ -34,7 +34,8 @@ options:
     type: str
     default: VLLM::EngineCore
   cgroup_root:
-    description: Mount point of the unified cgroup hierarchy.
+    description: Mount point of the cgroup hierarchies; the unit's cgroup is looked up directly below it
+      (unified) and below C(unified/) and C(systemd/) (hybrid hosts).
     type: path
     default: /sys/fs/cgroup
 """
@@ -61,7 +62,6 @@ cgroup:
   returned: always
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
@@ -83,8 +83,10 @@ def main():
         module.fail_json(msg="systemctl show %s: %s" % (p["unit"], err.strip() or out.strip()))
     cgroup = out.strip()
     found = []
-    if cgroup:
-        found = kvcr.engine_pids(os.path.join(p["cgroup_root"], cgroup.lstrip("/")), p["pattern"])
+    # The unit's processes are in every hierarchy that has them: unified (v2) or hybrid (unified/, systemd/).
+    dirs = kvcr.unit_cgroup_dirs(p["cgroup_root"], cgroup)
+    if dirs:
+        found = kvcr.engine_pids(dirs[0], p["pattern"])
     pids = [{"pid": pid, "title": title} for pid, title in found]
     result = dict(pids=pids, cgroup=cgroup, changed=False)
     if p["state"] == "absent":

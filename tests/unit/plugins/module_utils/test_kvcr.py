@@ -271,3 +271,119 @@ def test_kill_pids():
         sent.append((pid, sig))
     assert kvcr.kill_pids([1, 2], kill=fake_kill) == ([1], [2])
     assert sent == [(1, signal.SIGKILL)]
+
+
+# ---------------------------------------------------------------- settings without the preflight
+
+ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "kvcr", "defaults", "main.yml")
+
+
+def test_host_defaults_in_lock_step_with_the_role():
+    import yaml
+    with open(ROLE_DEFAULTS) as handle:
+        defaults = yaml.safe_load(handle)
+    for key, value in kvcr.HOST_DEFAULTS.items():
+        assert defaults[key] == value, key
+
+
+def test_host_worker_settings_match_what_the_preflight_exports():
+    hv = {"kvcr_cache_slot": 1, "kvshare_bind_address": "10.0.1.12", "kvcr_compatibility_digest": "d-1",
+          "kvcr_ucx_proto_info": True}
+    got = kvcr.host_worker_settings(hv)
+    options = {"owner_prefix": PREFIX, "cpu_bytes": 2147483648, "control_port": 23280, "socket_path": "/run/kvcr/memory.sock",
+               "compatibility_digest": "d-1", "secondary_g2_slots": 1024, "enable_telemetry": True}
+    assert got["kv_transfer_config"] == kvcr.kv_transfer_config("memory_service", 1, 2, "10.0.1.12", options)
+    assert got["env"] == {"KVCR_CACHE_SLOT": "1", "KVCR_CACHE_SLOT_COUNT": "2", "PYTHONHASHSEED": "0", "UCX_PROTO_INFO": "y"}
+    assert got["extra_args"] == ["--kv-events-config", '{"enable_kv_cache_events":true,"endpoint":"tcp://*:23080",'
+                                 '"publisher":"zmq","topic":"kv-events"}']
+    # explicit advertise host wins; gathered facts are the last resort
+    hv2 = {"kvcr_cache_slot": 0, "ansible_facts": {"default_ipv4": {"address": "10.9.9.9"}}}
+    tier = kvcr.host_worker_settings(hv2)["kv_transfer_config"]["kv_connector_extra_config"]["secondary_tiers"][0]
+    assert tier["control_advertise_host"] == "10.9.9.9"
+    with pytest.raises(ValueError, match="default IPv4"):
+        kvcr.host_worker_settings({"kvcr_cache_slot": 0})
+
+
+# ---------------------------------------------------------------- RDMA-only transport
+
+def test_ucx_envs_prefers_plan_then_override_then_installed_file():
+    plan = [{"index": 0, "ucx_net_devices": "mlx5_3:1", "hca_is_mlx5": True}, {"index": 1, "ucx_net_devices": None}]
+    assert kvcr.ucx_envs(["0", 1], plan) == {"0": {"UCX_NET_DEVICES": "mlx5_3:1", "UCX_TLS": "rc_x,cuda"}, "1": {}}
+    assert kvcr.ucx_envs(["2"], plan) == {"2": None}
+    assert kvcr.ucx_envs(["0"], None, {0: "mlx5_1"}, tls="rc_x,cuda") == {
+        "0": {"UCX_NET_DEVICES": "mlx5_1:1", "UCX_TLS": "rc_x,cuda"}}
+    text = "# rdma_ucx\nCUDA_DEVICE_ORDER=PCI_BUS_ID\nUCX_NET_DEVICES=mlx5_2:1\nUCX_TLS=\"rc_x,cuda\"\n"
+    assert kvcr.ucx_envs(["0"], None, {}, files={"0": text})["0"]["UCX_TLS"] == "rc_x,cuda"
+    assert kvcr.ucx_envs(["0"], None, {}, files={"0": None}) == {"0": None}
+    # extra env of rdma_ucx overrides the planned TLS (it is written after it)
+    assert kvcr.planned_ucx_env(plan[0], "", {"UCX_TLS": "tcp"})["UCX_TLS"] == "tcp"
+
+
+def test_rdma_transport_accepts_the_seed_settings():
+    envs = {"0": {"UCX_NET_DEVICES": "mlx5_3:1", "UCX_TLS": "rc_x,cuda"}}
+    assert kvcr.rdma_transport_errors("gpu-a", ["0"], envs) == []
+    assert kvcr.rdma_transport_errors("gpu-a", ["0"], {"0": {"UCX_NET_DEVICES": "mlx5_3:1", "UCX_TLS": " rc_x, cuda"}}) == []
+
+
+@pytest.mark.parametrize("env,msg", [
+    (None, "GPU 0 on gpu-b: no UCX environment"),
+    ({}, "GPU 0 on gpu-b: UCX_NET_DEVICES is unset"),
+    ({"UCX_NET_DEVICES": "mlx5_3:1"}, "GPU 0 on gpu-b: UCX_TLS=(unset), KVCR requires UCX_TLS=rc_x,cuda"),
+    ({"UCX_NET_DEVICES": "mlx5_3:1", "UCX_TLS": "rc_v,cuda"}, "UCX_TLS=rc_v,cuda"),
+    ({"UCX_NET_DEVICES": "mlx5_3:1", "UCX_TLS": "tcp,cuda"}, "UCX_TLS=tcp,cuda"),
+    ({"UCX_NET_DEVICES": "all", "UCX_TLS": "rc_x,cuda"}, "must name HCA ports"),
+    ({"UCX_NET_DEVICES": "eth0", "UCX_TLS": "rc_x,cuda"}, "network interfaces"),
+])
+def test_rdma_transport_refuses_and_names_gpu_and_host(env, msg):
+    errors = kvcr.rdma_transport_errors("gpu-b", ["0"], {"0": env})
+    assert len(errors) == 1 and msg in errors[0] and "kvcr_allow_non_rdma_transport=true" in errors[0]
+
+
+def test_rdma_transport_needs_a_gpu():
+    assert "names no GPU" in kvcr.rdma_transport_errors("gpu-b", [], {})[0]
+
+
+def test_pool_limit_matches_the_service_allocation():
+    # the sandbox's 0.125 GB pool: 128 MiB + 100 MiB journal = the file size the service creates
+    assert kvcr.pool_bytes(1, [0.125]) == 239075328
+    assert kvcr.pool_bytes(1, "2") == 2 * 1024 ** 3 + 100 * 1024 ** 2
+    assert kvcr.pool_limit_error(1, [2], 3) == ""
+    assert "more than kvcr_service_pool_limit_gb=3" in kvcr.pool_limit_error(1, [3], 3)
+    assert "2 Guard(s)" in kvcr.pool_limit_error(2, [1.5], 3)
+
+
+# ---------------------------------------------------------------- rc_mlx5 across the resend
+
+def test_rc_mlx5_count_rises_on_both_sides():
+    counts = {"source gpu-a kvcr-service.service": (kvcr.transport_count(fixture("ucx_source_before.txt")),
+                                                    kvcr.transport_count(fixture("ucx_source_after.txt"))),
+              "target gpu-b dynamo-worker@kvcr.service": (kvcr.transport_count(fixture("ucx_target_before.txt")),
+                                                         kvcr.transport_count(fixture("ucx_target_after.txt")))}
+    assert counts["source gpu-a kvcr-service.service"] == (2, 4)
+    assert kvcr.transport_rise_errors(counts) == []
+
+
+def test_rc_mlx5_seen_only_before_the_resend_is_no_proof():
+    # the old greps passed on this: rc_mlx5 is in the journal, but the resend went over TCP
+    before = kvcr.transport_count(fixture("ucx_target_before.txt"))
+    after = kvcr.transport_count(fixture("ucx_target_after_tcp.txt"))
+    assert before == after == 2
+    errors = kvcr.transport_rise_errors({"target gpu-b": (before, after), "source gpu-a": (2, 4)})
+    assert errors == ["target gpu-b: rc_mlx5 count did not rise across the resend (2 -> 2): UCX chose no RC "
+                      "transport for it (UCX_PROTO_INFO=y must be set)"]
+    assert "unreadable" in kvcr.transport_rise_errors({"s": (None, 3)})[0]
+
+
+def test_transport_count_is_word_bounded():
+    assert kvcr.transport_count("rc_mlx5/mlx5_0:1 rc_mlx5x xrc_mlx5 rc_mlx5") == 2
+
+
+# ---------------------------------------------------------------- cgroup layouts
+
+@pytest.mark.parametrize("sub", ["", "unified", "systemd"])
+def test_unit_cgroup_dirs_finds_v2_and_hybrid_layouts(tmp_path, sub):
+    cg = tmp_path / sub / "system.slice" / "dynamo-worker@kvcr.service"
+    cg.mkdir(parents=True)
+    (cg / "cgroup.procs").write_text("12\n")
+    assert kvcr.unit_cgroup_dirs(str(tmp_path), "/system.slice/dynamo-worker@kvcr.service") == [str(cg).replace("//", "/")]
+    assert kvcr.unit_cgroup_dirs(str(tmp_path), "") == []
