@@ -104,3 +104,77 @@ def test_wait_ready_counts_and_deadline():
 def test_bad_usage():
     assert run("tcp", "x").returncode == 2
     assert run("unix", "/x", "--interval", 0).returncode == 2
+
+
+# ---------------------------------------------------------------- env (RDMA-only units)
+
+def test_env_requires_rdma_settings():
+    env = dict(os.environ, UCX_NET_DEVICES="mlx5_3:1", UCX_TLS="rc_x,cuda")
+    ok = subprocess.run([sys.executable, SCRIPT, "env", "--label", "GPU 0", "UCX_NET_DEVICES", "UCX_TLS=rc_x,cuda"],
+                        capture_output=True, text=True, timeout=30, env=env)
+    assert ok.returncode == 0, ok.stderr
+    env.pop("UCX_NET_DEVICES")
+    env["UCX_TLS"] = "tcp"
+    bad = subprocess.run([sys.executable, SCRIPT, "env", "--label", "GPU 0 on gpu-b", "UCX_NET_DEVICES",
+                          "UCX_TLS=rc_x,cuda"], capture_output=True, text=True, timeout=30, env=env)
+    assert bad.returncode == 1
+    assert "GPU 0 on gpu-b refuses to start without RDMA: UCX_NET_DEVICES is unset; UCX_TLS=tcp, must be rc_x,cuda" in bad.stderr
+
+
+def test_env_errors_compares_lists_item_by_item():
+    assert ready.env_errors(["UCX_TLS=rc_x,cuda"], {"UCX_TLS": " rc_x , cuda"}) == []
+    assert ready.env_errors(["UCX_TLS=rc_x,cuda"], {"UCX_TLS": "cuda,rc_x"}) == ["UCX_TLS=cuda,rc_x, must be rc_x,cuda"]
+    assert ready.env_errors(["A"], {"A": " "}) == ["A is unset"]
+
+
+# ---------------------------------------------------------------- watch (timer-driven supervision)
+
+class Units:
+    def __init__(self, active=True):
+        self.active = active
+        self.restarts = []
+
+    def is_active(self, unit):
+        return self.active
+
+    def restart(self, unit):
+        self.restarts.append(unit)
+
+
+def test_watch_restarts_after_consecutive_failures_only(tmp_path):
+    units = Units()
+    state = str(tmp_path / "state")
+    bad = lambda: (False, "connect /run/kvcr/memory.sock: Connection refused")  # noqa: E731
+    good = lambda: (True, "")  # noqa: E731
+    assert ready.watch("kvcr-service.service", state, 3, bad, units.is_active, units.restart)[1] == 1
+    assert ready.watch("kvcr-service.service", state, 3, bad, units.is_active, units.restart)[1] == 2
+    # one good probe resets the count
+    assert ready.watch("kvcr-service.service", state, 3, good, units.is_active, units.restart) == ("ok", 0)
+    for expected in (1, 2):
+        assert ready.watch("kvcr-service.service", state, 3, bad, units.is_active, units.restart)[1] == expected
+    action, count = ready.watch("kvcr-service.service", state, 3, bad, units.is_active, units.restart)
+    assert action.startswith("restarted after 3 failed probes") and units.restarts == ["kvcr-service.service"]
+    # the count starts over after the restart
+    assert ready.watch("kvcr-service.service", state, 3, bad, units.is_active, units.restart)[1] == 1
+
+
+def test_watch_leaves_an_inactive_unit_alone(tmp_path):
+    units = Units(active=False)
+    probed = []
+    action = ready.watch("kvcr-state-agent.service", str(tmp_path), 1, lambda: probed.append(1) or (False, "x"),
+                         units.is_active, units.restart)
+    assert action == ("inactive", 0) and probed == [] and units.restarts == []
+
+
+def test_watch_probe_against_a_real_socket(tmp_path, sock_path):
+    srv = listen(sock_path)
+    try:
+        units = Units()
+        assert ready.watch("u", str(tmp_path), 1, lambda: ready.unix_accepts(sock_path, 1.0),
+                           units.is_active, units.restart) == ("ok", 0)
+    finally:
+        srv.close()
+    os.unlink(sock_path)
+    units = Units()
+    action, _ = ready.watch("u", str(tmp_path), 1, lambda: ready.unix_accepts(sock_path, 1.0), units.is_active, units.restart)
+    assert action.startswith("restarted after 1 failed probes") and units.restarts == ["u"]
