@@ -77,6 +77,11 @@ BAD = {
                       "dynamo_frontend_router_mode on gpu-a is 'direct'"),
     "loopback_advertise": ({"host_vars": {"gpu-b": {"kvshare_bind_address": "127.0.0.1"}}},
                            "kvcr_advertise_host: must not be loopback"),
+    # RDMA only: a pinned HCA with another transport, and a HCA that is a network interface
+    "tcp_transport": ({"host_vars": {"gpu-b": {"rdma_ucx_hca_overrides": {"0": "mlx5_1:1"}, "rdma_ucx_tls": "tcp,cuda"}}},
+                      "GPU 0 on gpu-b: UCX_TLS=tcp,cuda, KVCR requires UCX_TLS=rc_x,cuda"),
+    "pool_over_cap": ({"group_vars": {"kvcr": {"kvcr_service_pool_sizes_gb": [3]}}},
+                      "more than kvcr_service_pool_limit_gb=3"),
 }
 
 
@@ -126,6 +131,8 @@ RENDER = """
         - {src: state-agent.env.j2, dest: kvcr-state-agent.env}
         - {src: worker-kvcr.conf.j2, dest: 20-kvcr.conf}
         - {src: tmpfiles.conf.j2, dest: tmpfiles.conf}
+        - {src: kvcr-health.service.j2, dest: kvcr-health.service}
+        - {src: kvcr-health.timer.j2, dest: kvcr-health.timer}
       delegate_to: localhost
     - name: Dump the exported worker settings
       ansible.builtin.copy:
@@ -137,8 +144,12 @@ RENDER = """
 """ % {"role": ROLE}
 
 
-def render(tmp_path, **changes):
-    inv = inventory_copy(tmp_path, **changes)
+# The GPU-local HCA of each host, pinned (no hardware to discover it here).
+PINNED = {"gpu-a": {"rdma_ucx_hca_overrides": {"0": "mlx5_0:1"}}, "gpu-b": {"rdma_ucx_hca_overrides": {"0": "mlx5_0:1"}}}
+
+
+def render(tmp_path, host_vars=None, **changes):
+    inv = inventory_copy(tmp_path, host_vars=dict(PINNED, **(host_vars or {})), **changes)
     play = tmp_path / "render.yml"
     play.write_text(RENDER)
     out = tmp_path / "out"
@@ -162,7 +173,11 @@ def test_render_memory_service(tmp_path):
     assert ('ExecStartPost=/usr/bin/python3 "/usr/local/libexec/kvshare/kvcr-ready" "unix" "/run/kvcr/memory.sock" '
             '"--timeout" "120"') in svc
     assert "RuntimeDirectory=kvcr\n" in svc and "Restart=on-failure" in svc and "LimitMEMLOCK=infinity" in svc
-    assert "EnvironmentFile=-/etc/kvshare/ucx/gpu0.env" in svc
+    # RDMA only: the GPU's UCX file is required and checked before the service starts
+    assert "EnvironmentFile=/etc/kvshare/ucx/gpu0.env\n" in svc
+    assert ('ExecStartPre=/usr/bin/python3 "/usr/local/libexec/kvshare/kvcr-ready" "env" "--label" '
+            '"kvcr-service (GPU 0 on gpu-a)" "UCX_NET_DEVICES" "UCX_TLS=rc_x,cuda"') in svc
+    assert "MemoryMax=4G" in svc
     # the service depends on nothing of the worker's
     assert "dynamo-worker" not in "\n".join(line for line in svc.splitlines() if not line.startswith("#"))
     assert "PYTHONHASHSEED=0" in read(out, "gpu-a", "kvcr-service.env")
@@ -172,15 +187,26 @@ def test_render_memory_service(tmp_path):
     for bond in (bond_a, bond_b):
         assert "BindsTo=kvcr-service.service\nAfter=kvcr-service.service" in bond
         assert '"unix" "/run/kvcr/memory.sock" "--timeout" "60"' in bond
-        assert "PartOf=" not in bond and "Requires=" not in bond
-    # the state agent is on the slot-0 host only
-    assert "Wants=kvcr-state-agent.service" in bond_a and "kvcr-state-agent" not in bond_b
+        assert "Requires=" not in bond
+        assert "EnvironmentFile=/etc/kvshare/ucx/gpu0.env\n" in bond and '"UCX_TLS=rc_x,cuda"' in bond
+    assert '"dynamo-worker@kvcr (GPU 0 on gpu-b)"' in bond_b
+    # the state agent is on the slot-0 host only; its restart restarts that worker (PartOf=)
+    assert "Wants=kvcr-state-agent.service\nAfter=kvcr-state-agent.service\nPartOf=kvcr-state-agent.service" in bond_a
+    assert "kvcr-state-agent" not in bond_b and "PartOf=" not in bond_b
     assert '"http" "http://10.0.1.11:9091/live"' in bond_a
 
     agent = read(out, "gpu-a", "kvcr-state-agent.service")
     assert 'ExecStart=/opt/dynamo/venvs/current/bin/python "-m" "dynamo.kv_state_agent" "--max-slots" "2"' in agent
     assert "UnsetEnvironment=NATS_SERVER DYN_CONNECTOR DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS" in agent
     assert "EnvironmentFile=/etc/kvshare/etcd/client.env" in agent
+    assert "After=network-online.target etcd.service etcd-client-proxy.service\n" in agent
+    # health: every 5 s; the service socket everywhere, /live where the agent runs
+    health_a, health_b = read(out, "gpu-a", "kvcr-health.service"), read(out, "gpu-b", "kvcr-health.service")
+    assert ('"watch" "--unit" "kvcr-service.service" "--state-dir" "/run/kvcr-health" "--failures" "3" "--timeout" "4" '
+            '"unix" "/run/kvcr/memory.sock"') in health_a
+    assert '"--unit" "kvcr-state-agent.service"' in health_a and '"http" "http://10.0.1.11:9091/live"' in health_a
+    assert "kvcr-state-agent" not in health_b and "Type=oneshot" in health_b
+    assert "OnUnitActiveSec=5s" in read(out, "gpu-a", "kvcr-health.timer")
     env = read(out, "gpu-a", "kvcr-state-agent.env")
     for line in ("DYN_SYSTEM_PORT=9091", "DYN_SYSTEM_HOST=10.0.1.11", "DYN_DISCOVERY_BACKEND=etcd",
                  "DYN_COMPONENT=kv_state_agent", "DYN_HEALTH_CHECK_ENABLED=false", "DYN_NAMESPACE=dynamo"):
@@ -210,6 +236,7 @@ def test_render_process_local(tmp_path):
     bond_a, bond_b = read(out, "gpu-a", "20-kvcr.conf"), read(out, "gpu-b", "20-kvcr.conf")
     assert "BindsTo" not in bond_a and "memory.sock" not in bond_a
     assert "Wants=kvcr-state-agent.service\nAfter=kvcr-state-agent.service" in bond_a
-    assert "ExecStartPre" not in bond_b
+    # no socket or agent gate on the slot-1 host; the RDMA-only check holds in both variants
+    assert '"unix"' not in bond_b and '"http"' not in bond_b and '"env"' in bond_b
     tier = json.loads(read(out, "gpu-a", "worker.json"))["kv"]["kv_connector_extra_config"]["secondary_tiers"][0]
     assert tier["secondary_g2_slots"] == 1024 and "kvcr_service_socket_path" not in tier
