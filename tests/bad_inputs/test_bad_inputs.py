@@ -259,6 +259,10 @@ CASES = [
     ("kvcr_memory_service_without_digest", "kvcr", gv("kvcr", kvcr_compatibility_digest=""), "gpu-a",
      ["kvcr_compatibility_digest"]),
     ("kvcr_worker_missing", "kvcr", hv("gpu-b", kvcr_worker_name="other"), "gpu-b", ["kvcr_worker_name"]),
+    # KVCR moves KV over RDMA only: a GPU pinned to its HCA but with another UCX transport
+    ("kvcr_worker_without_rdma_transport", "kvcr",
+     hv("gpu-b", rdma_ucx_hca_overrides={"0": "mlx5_1:1"}, rdma_ucx_tls="tcp,cuda"), "gpu-b",
+     ["GPU 0 on gpu-b", "UCX_TLS=tcp,cuda", "kvcr_allow_non_rdma_transport"]),
     ("worker_env_sets_dyn_connector", "maru", worker("node-3", 0, env={"DYN_CONNECTOR": "nixl"}), "node-3",
      ["DYN_CONNECTOR"]),
     # the local etcd client proxy (TLS passes through it: the member certificates must name its address)
