@@ -15,6 +15,13 @@ Rules (xcena-dev/maru @ 4fd29ce, ``maru_resource_manager/src/pool_manager.cpp``)
 
 ``daxctl list`` prints a JSON array of devices, a single object (human mode, one device),
 regions with nested ``devices`` (``-R -D``), or nothing/``[]`` when there is no device.
+
+FS_DAX pools (same file, ``scanDevices`` FS_DAX branch and ``findMountPoint``): the RM lists
+``/sys/class/block/pmem*`` (the pool id is ``region<N>`` of the ``readlink`` target, else the
+digits of the name) and uses the directory where ``/dev/pmemN`` is mounted with ``dax`` among the
+mount options: real persistent memory, or CXL memory in fsdax mode. It sizes the pool with
+``statfs`` of that directory and creates each allocation there as ``maru_<id>.dat`` (mode 0600,
+owned by the RM's user); it writes no header, so an FS_DAX pool is not wiped by claiming it.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import json
 import os
 import re
 
-__all__ = ["parse_daxctl_list", "scan_sysfs", "merge", "verdict"]
+__all__ = ["parse_daxctl_list", "scan_sysfs", "merge", "verdict", "parse_mounts", "scan_fsdax"]
 
 _REGION_RE = re.compile(r"region(\d+)")
 
@@ -133,6 +140,71 @@ def scan_sysfs(root="/"):
     return result
 
 
+def parse_mounts(text):
+    """``/proc/mounts`` lines -> [{source, mount, fstype, options}] (octal escapes decoded)."""
+    def unescape(field):
+        return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+    mounts = []
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        mounts.append({"source": unescape(fields[0]), "mount": unescape(fields[1]), "fstype": fields[2],
+                       "options": fields[3]})
+    return mounts
+
+
+def _statvfs_size(path):
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_blocks * st.f_frsize
+
+
+def scan_fsdax(root="/", mounts_text=None):
+    """FS_DAX pools as the RM finds them: ``pmem*`` in ``<root>/sys/class/block`` mounted with dax.
+
+    Returns one dict per pmem block device: name, region_id, mount (None when no dax mount was
+    found), options, size (statfs of the mount) and ``usable`` (the RM turns it into a pool).
+    ``mounts_text`` defaults to ``<root>/proc/mounts``.
+    """
+    base = os.path.join(root, "sys/class/block")
+    try:
+        names = sorted((n for n in os.listdir(base) if n.startswith("pmem")), key=_natural_key)
+    except (IOError, OSError):
+        return []
+    if mounts_text is None:
+        mounts_text = _read(os.path.join(root, "proc/mounts")) or ""
+    mounts = parse_mounts(mounts_text)
+    pools = []
+    for name in names:
+        try:
+            target = os.readlink(os.path.join(base, name))
+        except OSError:
+            target = ""
+        match = _REGION_RE.search(target)
+        if match:
+            region_id = int(match.group(1))
+        else:
+            digits = re.sub(r"\D", "", name)
+            region_id = int(digits) if digits else None
+        # The RM takes the first /proc/mounts entry for /dev/<name> whose options contain "dax".
+        mount = next((m for m in mounts if m["source"] == "/dev/" + name and "dax" in m["options"]), None)
+        where = mount["mount"] if mount else None
+        pools.append({
+            "name": name,
+            "sysfs_target": target or None,
+            "region_id": region_id,
+            "mount": where,
+            "fstype": mount["fstype"] if mount else None,
+            "options": mount["options"] if mount else None,
+            "size": _statvfs_size(os.path.join(root, where.lstrip("/"))) if where else None,
+            "usable": mount is not None,
+        })
+    return pools
+
+
 def merge(daxctl_devices, sysfs_devices):
     """Join both views by device name; daxctl's mode wins, sysfs tells region and chardev."""
     by_name = {}
@@ -166,10 +238,14 @@ def _norm(name):
     return name[5:] if name.startswith("/dev/") else name
 
 
-def verdict(devices, dedicated=None, allow_undedicated=False):
+def verdict(devices, dedicated=None, allow_undedicated=False, fsdax=None):
     """Classify devices and list problems. ``dedicated``: names or /dev paths given to Maru.
 
+    ``fsdax``: pools from :func:`scan_fsdax`. A dedicated ``pmemN`` must be mounted with dax; an
+    FS_DAX pool outside ``dedicated`` is only a warning (the RM writes no header on it).
+
     Returns dict: ``maru_devices`` (devdax in a region: what the RM will claim),
+    ``fsdax_pools`` (names of pmem devices the RM will use as FS_DAX pools),
     ``skipped`` ([{name, reason}]), ``undedicated`` (claimed by Maru but not in ``dedicated``),
     ``missing`` (dedicated but not usable), ``errors`` and ``warnings`` (strings).
     """
@@ -192,8 +268,17 @@ def verdict(devices, dedicated=None, allow_undedicated=False):
             skipped.append({"name": name, "reason": "character device /dev/%s missing" % name})
             continue
         maru.append(name)
+    fsdax_names = [p["name"] for p in fsdax or [] if p.get("usable")]
+    for pool in fsdax or []:
+        if not pool.get("usable"):
+            skipped.append({"name": pool["name"], "reason": "/dev/%s is not mounted with the dax option; the RM "
+                            "only uses an fsdax mount (mount -o dax /dev/%s <dir>)" % (pool["name"], pool["name"])})
+    for name in fsdax_names:
+        if name not in dedicated_names:
+            warnings.append("FS_DAX pool %s (%s) is not in the dedicated list; Maru's resource manager uses every "
+                            "pmem device mounted with dax" % (name, next(p["mount"] for p in fsdax if p["name"] == name)))
     undedicated = [n for n in maru if n not in dedicated_names]
-    missing = [n for n in dedicated_names if n not in maru]
+    missing = [n for n in dedicated_names if n not in maru and n not in fsdax_names]
     for item in skipped:
         if item["name"] in dedicated_names:
             errors.append("dedicated device %s is not usable by Maru: %s" % (item["name"], item["reason"]))
@@ -209,6 +294,7 @@ def verdict(devices, dedicated=None, allow_undedicated=False):
             errors.append(msg)
     return {
         "maru_devices": maru,
+        "fsdax_pools": fsdax_names,
         "skipped": skipped,
         "undedicated": undedicated,
         "missing": missing,

@@ -17,6 +17,9 @@ description:
   - A device is claimed by Maru when it is in devdax mode, its sysfs path contains C(region<N>),
     and C(/dev/daxX.Y) exists. Maru writes a header on every such device, so devices that are
     not in O(dedicated) are reported as errors unless O(allow_undedicated=true).
+  - Also lists C(<sysfs_root>/sys/class/block/pmem*) and C(<sysfs_root>/proc/mounts) the way the
+    resource manager finds FS_DAX pools (real persistent memory or CXL memory in fsdax mode): a
+    pmem device mounted with the C(dax) option is a pool (O(dedicated) may name it, e.g. C(pmem0)).
   - Read-only; never changes the host. Supports check mode.
 options:
   sysfs_root:
@@ -29,7 +32,7 @@ options:
       - When omitted, C(daxctl list) is run if the binary exists; otherwise only sysfs is used.
     type: str
   dedicated:
-    description: Device names (C(dax0.0)) or paths (C(/dev/dax0.0)) the inventory dedicates to Maru.
+    description: Device names (C(dax0.0), C(pmem0)) or paths (C(/dev/dax0.0)) the inventory dedicates to Maru.
     type: list
     elements: str
     default: []
@@ -75,6 +78,25 @@ maru_devices:
   type: list
   elements: str
   sample: [dax0.0]
+fsdax:
+  description: Every pmem block device with its dax mount (C(mount) null when not mounted with dax).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: pmem0
+      region_id: 0
+      mount: /mnt/pmem0
+      fstype: ext4
+      options: rw,relatime,dax=always
+      size: 68719476736
+      usable: true
+fsdax_pools:
+  description: Names of the pmem devices the resource manager will use as FS_DAX pools.
+  returned: always
+  type: list
+  elements: str
+  sample: [pmem0]
 skipped:
   description: Devices Maru will not use, with the reason.
   returned: always
@@ -114,6 +136,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvshare.dynamo.plugins.module_utils.devdax import (
     merge,
     parse_daxctl_list,
+    scan_fsdax,
     scan_sysfs,
     verdict,
 )
@@ -147,12 +170,15 @@ def main():
     except ValueError as exc:
         module.fail_json(msg="cannot parse daxctl list output: %s" % exc, **result)
     devices = merge(daxctl_devices, scan_sysfs(params["sysfs_root"]))
-    ver = verdict(devices, params["dedicated"], params["allow_undedicated"])
+    fsdax = scan_fsdax(params["sysfs_root"])
+    ver = verdict(devices, params["dedicated"], params["allow_undedicated"], fsdax)
     for warning in ver["warnings"]:
         module.warn(warning)
     result.update(
         devices=devices,
         maru_devices=ver["maru_devices"],
+        fsdax=fsdax,
+        fsdax_pools=ver["fsdax_pools"],
         skipped=ver["skipped"],
         undedicated=ver["undedicated"],
         missing=ver["missing"],

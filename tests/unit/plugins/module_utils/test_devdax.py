@@ -138,3 +138,56 @@ def test_daxctl_mode_wins_over_sysfs():
     sysfs = d.scan_sysfs(tree("devdax_region"))
     devs = d.merge(d.parse_daxctl_list(fixture("daxctl_list_system_ram.json")), sysfs)
     assert devs[0]["mode"] == "system-ram"
+
+
+# FS_DAX: trees are made in tmp_path (a pmem entry is a symlink into /sys/devices, as on a host).
+PMEM_TARGET = "../../devices/platform/e820_pmem/ndbus0/region1/namespace1.0/block/pmem1"
+
+
+def fsdax_tree(tmp_path, names, mounts):
+    block = tmp_path / "sys" / "class" / "block"
+    block.mkdir(parents=True)
+    for name, target in names.items():
+        os.symlink(target, str(block / name))
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "mounts").write_text(mounts)
+    return str(tmp_path)
+
+
+def test_parse_mounts_decodes_octal_escapes():
+    mounts = d.parse_mounts("/dev/pmem0 /mnt/cxl\\040pool ext4 rw,dax=always 0 0\nshort line\n")
+    assert mounts == [{"source": "/dev/pmem0", "mount": "/mnt/cxl pool", "fstype": "ext4", "options": "rw,dax=always"}]
+
+
+def test_fsdax_pool_mounted_with_dax(tmp_path):
+    (tmp_path / "mnt" / "pmem1").mkdir(parents=True)
+    root = fsdax_tree(tmp_path, {"pmem1": PMEM_TARGET, "sda": "../../devices/pci/sda"},
+                      "/dev/sda1 / ext4 rw 0 0\n/dev/pmem1 /mnt/pmem1 xfs rw,relatime,dax=always 0 0\n")
+    pools = d.scan_fsdax(root)
+    assert [(p["name"], p["region_id"], p["mount"], p["usable"]) for p in pools] == [("pmem1", 1, "/mnt/pmem1", True)]
+    assert pools[0]["size"] > 0  # statfs of <root>/mnt/pmem1
+    ver = d.verdict([], dedicated=["pmem1"], fsdax=pools)
+    assert ver["fsdax_pools"] == ["pmem1"]
+    assert ver["errors"] == [] and ver["warnings"] == [] and ver["missing"] == []
+
+
+def test_fsdax_without_dax_option_is_skipped_and_dedicated_one_is_an_error(tmp_path):
+    root = fsdax_tree(tmp_path, {"pmem0": "../../devices/ndbus0/namespace0.0/block/pmem0"},
+                      "/dev/pmem0 /mnt/pmem0 ext4 rw,relatime 0 0\n")
+    pools = d.scan_fsdax(root)
+    assert pools[0]["usable"] is False and pools[0]["region_id"] == 0  # digits of the name: no region<N>
+    ver = d.verdict([], dedicated=["pmem0"], fsdax=pools)
+    assert ver["fsdax_pools"] == []
+    assert any("pmem0 is not usable by Maru" in e and "dax option" in e for e in ver["errors"]), ver["errors"]
+
+
+def test_fsdax_pool_not_dedicated_is_a_warning_only(tmp_path):
+    (tmp_path / "mnt" / "p").mkdir(parents=True)
+    root = fsdax_tree(tmp_path, {"pmem0": PMEM_TARGET}, "/dev/pmem0 /mnt/p overlay rw,lowerdir=/x/dax_lower 0 0\n")
+    ver = d.verdict([], dedicated=[], fsdax=d.scan_fsdax(root))
+    assert ver["errors"] == []
+    assert ver["warnings"] and "FS_DAX pool pmem0 (/mnt/p)" in ver["warnings"][0]
+
+
+def test_no_pmem_devices(tmp_path):
+    assert d.scan_fsdax(str(tmp_path)) == []
