@@ -134,9 +134,24 @@ options:
   settle_s:
     description:
       - Seconds to wait after A's answer before B's request, for connectors that store KV
-        asynchronously (the Maru example waits 2 s). ExampleConnector stores synchronously.
+        asynchronously, when no O(store_probe) says when A's KV has landed. ExampleConnector
+        stores synchronously.
     type: float
     default: 1.0
+  store_probe:
+    description:
+      - Command (argv) that prints the pool's usage as JSON (C(python -m kvshare_maru_connector
+        usage <maru_server_url>)). With it, B's request waits, polling every 0.2 s, until A's
+        stored bytes grew and stopped growing (instead of O(settle_s)); the wait is a check.
+    type: list
+    elements: str
+  store_instance_id:
+    description: Pool instance id of worker A (its C(maru_instance_id)); its bytes are watched.
+    type: str
+  store_timeout:
+    description: Seconds to wait for A's KV to land in the pool.
+    type: float
+    default: 30
   metrics_wait_s:
     description:
       - After each answer, poll the target worker's C(/metrics) for up to this many seconds until
@@ -269,6 +284,11 @@ report:
     warmup:
       description: Status and time of the warm-up request per worker (empty when O(warmup=false)).
       type: dict
+    store:
+      description:
+        - With O(store_probe), A's bytes in the pool before its request and when they settled
+          after it, the seconds waited, and the probe's error if any. Null without a probe.
+      type: dict
     checks:
       description: Every check, name, ok (true/false/null for skipped), detail.
       type: list
@@ -282,6 +302,7 @@ report:
 """
 
 import binascii
+import json
 import os
 import random
 import time
@@ -297,6 +318,14 @@ WORDS = ("the quick brown fox jumps over lazy dog alpha beta gamma delta epsilon
          "hello world dynamo ansible deploy server client request response metric").split()
 
 GENERATE_REQUESTS = "dynamo_component_requests_total"
+
+
+def pool_bytes(usage, instance_id=None):
+    """Bytes an instance holds in the pool (all KV bytes without an id), from ``usage`` JSON."""
+    if not instance_id:
+        return int(usage["kv_bytes"])
+    return sum(int(v.get("used", 0)) for k, v in (usage.get("instances") or {}).items()
+               if k == instance_id or k.startswith(instance_id + "-"))
 
 
 def build_prompt(nonce, words):
@@ -408,11 +437,40 @@ class Check:
         return [c["reason"] or c["detail"] for c in self.items if c["ok"] is False]
 
 
+def wait_stored(read, before, timeout, clock=time.monotonic, sleep=time.sleep, interval=0.2):
+    """Poll ``read()`` (bytes in the pool) until it has settled: two equal readings in a row,
+    above ``before`` when that is given. Return (value, seconds waited, error or None)."""
+    t0 = clock()
+    last = None
+    while True:
+        try:
+            value = int(read())
+            err = None
+        except Exception as exc:  # the probe command or its JSON: report, keep polling
+            value, err = None, "pool probe failed: %s" % exc
+        if value is not None and value == last and (before is None or value > before):
+            return value, round(clock() - t0, 3), None
+        last = value
+        if clock() - t0 >= timeout:
+            if err:
+                return value, round(clock() - t0, 3), err
+            return value, round(clock() - t0, 3), ("no new bytes after %.1f s (%s before, %s now)"
+                                                   % (timeout, _fmt(before), _fmt(value))
+                                                   if before is not None else "the reading never settled")
+        sleep(interval)
+
+
 def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
               prompt_words=None, max_tokens=8, nonce=None, hit_rate_threshold=0.5,
               request_timeout=60.0, settle_s=1.0, metrics_wait_s=10.0, warmup=True,
-              clock=time.monotonic, sleep=time.sleep):
-    """Run the A -> B proof. Return the report dict (verdict + reasons inside)."""
+              clock=time.monotonic, sleep=time.sleep, store_bytes=None, store_timeout=30.0,
+              between=None):
+    """Run the A -> B proof. Return the report dict (verdict + reasons inside).
+
+    ``store_bytes``: a callable returning A's bytes in the pool (see :func:`wait_stored`).
+    ``between``: a callable run after A's KV has landed and right before B's request (tests use it
+    to corrupt the pool: the negative control).
+    """
     if nonce is None:
         nonce = binascii.hexlify(os.urandom(8)).decode("ascii")
     if prompt_words is None:
@@ -435,7 +493,7 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
         "request_a": None, "request_b": None, "a": None, "b": None, "cross": {},
         "b_hit_rate": None, "ttft_a_s": None, "ttft_b_s": None, "total_a_s": None,
         "total_b_s": None, "speedup": None, "b_token_split": None, "texts_identical": None,
-        "warmup": {}, "checks": [], "verdict": None, "reasons": [],
+        "warmup": {}, "store": None, "checks": [], "verdict": None, "reasons": [],
     }
     checks = Check()
 
@@ -494,9 +552,24 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
                 model, wprompt, 1, instance_id=ids[key], temperature=0), request_timeout)
             report["warmup"][key] = {"status": res.status, "elapsed_s": round(res.elapsed_s, 4),
                                      "error": None if res.ok else res.describe()}
+    if store_bytes is not None:
+        stored_before, _, err = wait_stored(store_bytes, None, store_timeout, clock, sleep)
+        report["store"] = {"before": stored_before, "after": None, "wait_s": None, "error": err}
     for step, target in enumerate(("a", "b")):
-        if step == 1 and settle_s > 0:
+        if step == 1 and store_bytes is not None:
+            store = report["store"]
+            store["after"], store["wait_s"], err = wait_stored(store_bytes, store["before"], store_timeout,
+                                                               clock, sleep)
+            store["error"] = store["error"] or err
+            if err:
+                checks.add("a_stored", False, "worker A's KV did not land in the pool: %s" % err)
+            else:
+                checks.add("a_stored", True, "worker A's KV landed in the pool: %s more bytes after %.2f s"
+                           % (_fmt(store["after"] - store["before"]), store["wait_s"]))
+        elif step == 1 and settle_s > 0:
             sleep(settle_s)
+        if step == 1 and between is not None:
+            between()
         before = {}
         snap_err = {}
         for k in ("a", "b"):
@@ -684,6 +757,9 @@ def main():
             settle_s=dict(type="float", default=1.0),
             metrics_wait_s=dict(type="float", default=10.0),
             warmup=dict(type="bool", default=True),
+            store_probe=dict(type="list", elements="str"),
+            store_instance_id=dict(type="str"),
+            store_timeout=dict(type="float", default=30.0),
             fail_on_unproven=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
@@ -702,10 +778,19 @@ def main():
     if p["nonce"] is not None and not p["nonce"].strip():
         module.fail_json(msg="nonce must not be blank")
 
+    store_bytes = None
+    if p["store_probe"]:
+        def store_bytes():
+            rc, out, err = module.run_command(p["store_probe"])
+            if rc != 0:
+                raise RuntimeError("rc=%d %s" % (rc, (err or out).strip()[-300:]))
+            return pool_bytes(json.loads(out), p["store_instance_id"])
+
     report = run_check(p["frontend_url"], p["model"], p["worker_a"], p["worker_b"],
                        p["min_prompt_tokens"], p["prompt_words"], p["max_tokens"], p["nonce"],
                        p["hit_rate_threshold"], p["request_timeout"], max(p["settle_s"], 0.0),
-                       max(p["metrics_wait_s"], 0.0), p["warmup"])
+                       max(p["metrics_wait_s"], 0.0), p["warmup"], store_bytes=store_bytes,
+                       store_timeout=p["store_timeout"])
     out = dict(changed=False, verdict=report["verdict"], reasons=report["reasons"],
                report=report)
     if p["fail_on_unproven"] and report["verdict"] != "passed":

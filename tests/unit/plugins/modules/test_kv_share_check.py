@@ -331,3 +331,72 @@ def test_build_prompt_deterministic():
     assert p == ksc.build_prompt("abc", 10) and p.startswith("abc ")
     assert len(p.split()) == 11 and p != ksc.build_prompt("abd", 10)
     assert re.match(r"^abc( [a-z]+){10}$", p)
+
+
+# --- waiting for A's KV to land in the pool (store_probe) ----------------------------------------
+
+class Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_wait_stored_returns_once_the_bytes_grew_and_settled():
+    readings = iter([100, 100, 300, 500, 500, 500])
+    clock = Clock()
+    value, waited, err = ksc.wait_stored(lambda: next(readings), 100, 30, clock, clock.sleep)
+    assert (value, err) == (500, None)
+    assert waited == pytest.approx(0.8)  # 5 readings 0.2 s apart
+
+
+def test_wait_stored_times_out_when_nothing_lands():
+    clock = Clock()
+    value, waited, err = ksc.wait_stored(lambda: 100, 100, 2, clock, clock.sleep)
+    assert value == 100 and waited >= 2
+    assert err == "no new bytes after 2.0 s (100 before, 100 now)"
+
+
+def test_wait_stored_reports_a_failing_probe():
+    clock = Clock()
+
+    def broken():
+        raise RuntimeError("rc=1 connection refused")
+    _, _, err = ksc.wait_stored(broken, None, 1, clock, clock.sleep)
+    assert err == "pool probe failed: rc=1 connection refused"
+
+
+def test_pool_bytes_of_one_instance_or_all():
+    usage = {"kv_bytes": 900, "instances": {"sb2-vllm-a": {"used": 512}, "sb2-vllm-a-1": {"used": 8},
+                                            "sb2-vllm-ab": {"used": 64}, "sb2-vllm-b": {"used": 100}}}
+    assert ksc.pool_bytes(usage, "sb2-vllm-a") == 520
+    assert ksc.pool_bytes(usage) == 900
+
+
+def test_store_probe_orders_a_landing_between_then_b(stack):
+    """With a pool probe, B is asked only once A's bytes grew and settled, after `between`."""
+    s = stack()
+    events = []
+
+    def stored():
+        # A's request moves the fixture to state 1: its KV "lands" in two steps.
+        events.append(("read", s.state))
+        return {0: 10, 1: 10 + 64 * min(len([e for e in events if e[1] == 1]), 2)}.get(s.state, 138)
+
+    r = s.run(store_bytes=stored, store_timeout=5, between=lambda: events.append(("between", s.state)))
+    assert r["verdict"] == "passed", reasons(r)
+    assert r["store"]["before"] == 10 and r["store"]["after"] == 138 and r["store"]["error"] is None
+    assert {c["name"]: c["ok"] for c in r["checks"]}["a_stored"] is True
+    # The hook ran after A (state 1) and before B's request (which moves the state to 2).
+    assert ("between", 1) in events and events.index(("between", 1)) == len(events) - 1
+
+
+def test_store_probe_that_never_lands_fails_the_pair(stack):
+    s = stack()
+    r = s.run(store_bytes=lambda: 10, store_timeout=0.5)
+    assert r["verdict"] == "failed"
+    assert "worker A's KV did not land in the pool: no new bytes after 0.5 s (10 before, 10 now)" in reasons(r)
