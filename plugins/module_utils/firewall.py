@@ -24,7 +24,8 @@ dynamo_frontend_http_port              dynamo_frontend                          
 dynamo_workers[*].system_port          dynamo_workers                              cluster + metrics sources
 dynamo_workers[*].rpc_port             dynamo_workers                              Dynamo hosts
 firewall_dynamic_port_range            dynamo, kvcr                                Dynamo hosts
-maru_pool_rm_port, maru_pool_server_port maru_pool                                 worker hosts + pool hosts
+maru_pool_rm_port, maru_pool_server_port maru_pool                                 worker hosts + pool hosts;
+                                                                                   nobody on 127.0.0.1 (the default)
 kvcr_control_port                      kvcr_group_name (kvcr)                      KVCR hosts
 kvcr_state_agent_system_port           kvcr hosts running the state agent          cluster + metrics sources
 kvcr_kv_events_port                    kvcr                                        nobody (loopback only)
@@ -62,7 +63,7 @@ ROLE_DEFAULT_KEYS = {
     "etcd": ("etcd_group_name", "etcd_client_port", "etcd_peer_port"),
     "etcd_client": ("etcd_client_proxy_enabled", "etcd_client_proxy_port"),
     "dynamo_frontend": ("dynamo_frontend_http_port",),
-    "maru_pool": ("maru_pool_rm_port", "maru_pool_server_port"),
+    "maru_pool": ("maru_pool_rm_port", "maru_pool_server_port", "maru_pool_bind_address"),
     "kvcr": ("kvcr_group_name", "kvcr_control_port", "kvcr_kv_events_port", "kvcr_state_agent_system_port",
              "kvcr_state_agent_enabled"),
     "rdma_ucx": ("rdma_ucx_bw_test", "rdma_ucx_bw_server", "rdma_ucx_bw_extra_args"),
@@ -73,6 +74,8 @@ KVCR_STATE_AGENT_DEFAULT = "{{ (kvcr_cache_slot | string) == '0' }}"
 # ib_write_bw's out-of-band TCP port when rdma_ucx_bw_extra_args does not pass -p/--port.
 PERFTEST_DEFAULT_PORT = 18515
 
+# Addresses no other host can reach: a service bound there needs no rule for other hosts.
+LOCAL_ONLY_ADDRESSES = ("127.0.0.1", "localhost", "::1")
 # Groups the site.yml plays use by name.
 DYNAMO_GROUP = "dynamo"
 FRONTEND_GROUP = "dynamo_frontend"
@@ -454,7 +457,11 @@ def host_plan(host, groups, hostvars, options, role_defaults):
             _Sources(dynamo_peers))
 
     # --- Maru -------------------------------------------------------------------------------
-    if host in maru_hosts:
+    # On the host's loopback address (the default) no other host can reach the pool services.
+    if host in maru_hosts and str(own_var("maru_pool_bind_address")) in LOCAL_ONLY_ADDRESSES:
+        local("maru_pool_rm_port")
+        local("maru_pool_server_port")
+    elif host in maru_hosts:
         maru_clients = _Sources(addresses(sorted(set(workers + maru_hosts))))
         add("tcp", own_var("maru_pool_rm_port"), "maru_pool_rm_port", "Maru resource manager (worker hosts)",
             maru_clients)

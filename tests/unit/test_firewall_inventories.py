@@ -73,18 +73,20 @@ def test_sandbox():
         "sb2": {"tcp/2222": ANY, "tcp/2379": SB, "tcp/2380": SB,
                 "tcp/18081": SB, "tcp/19081": SB, "tcp/18082": SB, "tcp/19082": SB, DYN: SB, PROXY: [],
                 "tcp/9850": SB[1:], "tcp/5555": SB[1:]},
-        # etcd member, two mockers
+        # etcd member, two mockers and a vLLM worker of sb2's Maru pool
         "sb3": {"tcp/2222": ANY, "tcp/2379": SB, "tcp/2380": SB,
-                "tcp/18081": SB, "tcp/19081": SB, "tcp/18082": SB, "tcp/19082": SB, DYN: SB, PROXY: []},
+                "tcp/18081": SB, "tcp/19081": SB, "tcp/18082": SB, "tcp/19082": SB,
+                "tcp/18083": SB, "tcp/19083": SB, DYN: SB, PROXY: []},
     }
 
 
 def test_single_node():
     me = ["192.0.2.11"]
     assert tables("single_node") == {
+        # the Maru services listen on loopback (maru_pool_bind_address default): no rule admits them
         "gpu-node-1": {"tcp/22": ANY, "tcp/2379": me, "tcp/2380": me, "tcp/8000": me,
                        "tcp/18081": me, "tcp/19081": me, "tcp/18082": me, "tcp/19082": me, DYN: me, PROXY: [],
-                       "tcp/9850": me, "tcp/5555": me},
+                       "tcp/9850": [], "tcp/5555": []},
     }
 
 

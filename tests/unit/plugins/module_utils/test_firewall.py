@@ -62,7 +62,9 @@ def test_frontend_and_etcd_host():
 
 
 def test_worker_and_maru_host():
-    p = plan("b")
+    hostvars, groups = three_hosts()
+    hostvars["b"]["maru_pool_bind_address"] = "10.0.0.2"  # serving workers on other hosts
+    p = plan("b", hostvars, groups)
     assert p["errors"] == []
     table = fw.port_table(p)
     assert sorted(table) == ["tcp/18081", "tcp/18082", "tcp/19081", "tcp/22", "tcp/2379", "tcp/23790", "tcp/2380",
@@ -71,6 +73,14 @@ def test_worker_and_maru_host():
     assert table["tcp/9850"] == table["tcp/5555"] == ["10.0.0.2", "10.0.0.3"]
     variables = [r["variable"] for r in p["rules"]]
     assert "dynamo_workers[w0].rpc_port" in variables and "dynamo_workers[w1].rpc_port" not in variables
+
+
+def test_maru_on_loopback_by_default_admits_nobody():
+    assert DEFAULTS["maru_pool_bind_address"] == "127.0.0.1"
+    p = plan("b")
+    table = fw.port_table(p)
+    assert table["tcp/9850"] == table["tcp/5555"] == []
+    assert {"maru_pool_rm_port", "maru_pool_server_port"} <= {r["variable"] for r in p["local_only"]}
 
 
 def test_kvcr_host_state_agent_and_local_only_events_port():
