@@ -18,7 +18,7 @@ description:
     and C(/dev/daxX.Y) exists. Maru writes a header on every such device, so devices that are
     not in O(dedicated) are reported as errors unless O(allow_undedicated=true).
   - Also lists C(<sysfs_root>/sys/class/block/pmem*) and C(<sysfs_root>/proc/mounts) the way the
-    resource manager finds FS_DAX pools (real persistent memory or CXL memory in fsdax mode): a
+    resource manager finds FS_DAX pools (real persistent memory or CXL memory in fsdax mode). A
     pmem device mounted with the C(dax) option is a pool (O(dedicated) may name it, e.g. C(pmem0)).
   - Read-only; never changes the host. Supports check mode.
 options:
