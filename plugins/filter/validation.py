@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
 
 
@@ -33,6 +34,41 @@ def worker_cluster_errors(hosts, hostvars, maru_hosts=None):
     return _workers.cluster_worker_errors(host_workers, urls)
 
 
+def _host_lookup(hostvars, host):
+    """key -> the host's own value (inventory, extra vars, facts); KeyError when it has none."""
+    def lookup(key):
+        host_vars = hostvars[host]
+        if key not in host_vars:
+            raise KeyError(key)
+        return host_vars[key]
+    return lookup
+
+
+def service_ports(host, groups, hostvars, role_defaults):
+    """The ports the collection's services listen on on ``host`` (see module_utils.ports.host_service_ports)."""
+    return _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host), role_defaults)[0]
+
+
+def worker_service_port_errors(workers, host, groups, hostvars, role_defaults):
+    """Workers of ``host`` asking for a port another service of the host listens on (defaults included)."""
+    found, errors = _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host), role_defaults)
+    return errors + _ports.worker_port_errors(str(host), workers, found)
+
+
+def bind_address_errors(host, hosts, hostvars):
+    """``host``'s kvshare_bind_address (else its default IPv4 fact) shared with another host."""
+    addresses = {}
+    for name in hosts or []:
+        try:
+            host_vars = hostvars[name]
+            address = host_vars.get("kvshare_bind_address") or (
+                (host_vars.get("ansible_facts") or {}).get("default_ipv4") or {}).get("address")
+        except Exception:  # a value that cannot be templated: its own check reports it
+            address = None
+        addresses[str(name)] = address
+    return _ports.bind_address_errors(str(host), addresses)
+
+
 class FilterModule:
     """kvshare.dynamo validation filters."""
 
@@ -40,4 +76,7 @@ class FilterModule:
         return {
             "worker_port_requests": worker_port_requests,
             "worker_cluster_errors": worker_cluster_errors,
+            "service_ports": service_ports,
+            "worker_service_port_errors": worker_service_port_errors,
+            "bind_address_errors": bind_address_errors,
         }

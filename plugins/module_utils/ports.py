@@ -11,6 +11,11 @@ the cgroup of one of the service's systemd units.
 Listeners come from ``/proc/net/tcp{,6}`` (socket inodes) mapped to processes through
 ``/proc/<pid>/fd`` (so no ``ss``/iproute2 is needed), or from ``ss -H -ltnp`` output (kept for
 callers that already have it).
+
+Before any process runs, the same question is asked of the inventory: which ports will this
+collection's services listen on on a host (``host_service_ports``: the host's own variable, else
+the service role's default, passed in by the caller), and does a worker ask for one of them
+(``worker_port_errors``); and does a host share its address with another (``bind_address_errors``).
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ __all__ = [
     "pid_units",
     "clashes",
     "clash_text",
+    "SERVICE_PORTS",
+    "SERVICE_ROLES",
+    "host_service_ports",
+    "worker_port_errors",
+    "bind_address_errors",
 ]
 
 WILDCARDS = ("*", "0.0.0.0", "::", "")
@@ -194,3 +204,139 @@ def clash_text(clash, variable, host=None):
     return "%s %s is held by %s (pid %s%s) listening on %s%s" % (
         variable, clash["port"], clash["process"], clash["pid"] or "unknown",
         ", unit %s" % units[-1] if units else "", clash["address"] or "*", where)
+
+
+# ---------------------------------------------------------------------------------------------
+# inventory level: the ports a host's services will listen on
+# ---------------------------------------------------------------------------------------------
+
+# Every port a service of this collection listens on, and on which hosts: the role whose
+# defaults/main.yml holds the default, the variable, the group whose hosts run the service (a
+# group name, or the variable that names it) and the variable that switches it on (None: always).
+# The values themselves are never written here: the caller passes the roles' defaults.
+SERVICE_PORTS = (
+    {"role": "dynamo_frontend", "variable": "dynamo_frontend_http_port", "service": "the frontend's HTTP API",
+     "group": "dynamo_frontend"},
+    {"role": "etcd", "variable": "etcd_client_port", "service": "etcd (client URL)", "group_variable": "etcd_group_name"},
+    {"role": "etcd", "variable": "etcd_peer_port", "service": "etcd (peer URL)", "group_variable": "etcd_group_name"},
+    {"role": "etcd_client", "variable": "etcd_client_proxy_port", "service": "the local etcd client proxy",
+     "group": "dynamo", "enabled": "etcd_client_proxy_enabled"},
+    {"role": "maru_pool", "variable": "maru_pool_rm_port", "service": "the Maru resource manager", "group": "maru_pool"},
+    {"role": "maru_pool", "variable": "maru_pool_server_port", "service": "the Maru metadata server",
+     "group": "maru_pool"},
+    {"role": "kvcr", "variable": "kvcr_control_port", "service": "the KVCR control channel", "group_variable": "kvcr_group_name"},
+    {"role": "kvcr", "variable": "kvcr_kv_events_port", "service": "the KVCR KV events publisher",
+     "group_variable": "kvcr_group_name"},
+    {"role": "kvcr", "variable": "kvcr_state_agent_system_port", "service": "the KV state agent",
+     "group_variable": "kvcr_group_name", "enabled": "kvcr_state_agent_enabled"},
+)
+# The roles whose defaults host_service_ports needs.
+SERVICE_ROLES = tuple(sorted(set(item["role"] for item in SERVICE_PORTS)))
+
+_MISSING = object()
+_TRUE = ("1", "true", "yes", "on", "y", "t")
+
+
+def _port_value(value):
+    """An int in 1-65535 (ints or digit strings; bools refused), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        port = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        port = int(value.strip())
+    else:
+        return None
+    return port if 1 <= port <= 65535 else None
+
+
+def _truthy(value):
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE
+
+
+def host_service_ports(host, groups, host_vars, role_defaults):
+    """The ports this collection's services will listen on on ``host``.
+
+    ``groups``: group -> hosts. ``host_vars``: the host's own variables (inventory, extra vars,
+    facts; a mapping, or a callable key -> value raising KeyError when unset).
+    ``role_defaults``: role -> {variable: default} for SERVICE_ROLES.
+
+    Returns ([{"port", "variable", "service", "origin"}], [errors]); origin says whether the host
+    sets the variable or the role's default applies. A value that is not a port is left to the
+    role's own argument spec; one that cannot be read is an error naming variable and host.
+    """
+    lookup = host_vars if callable(host_vars) else host_vars.__getitem__
+    found, errors = [], []
+
+    def value(item_role, variable):
+        try:
+            return lookup(variable), "set for %s" % host
+        except KeyError:
+            pass
+        defaults = (role_defaults or {}).get(item_role) or {}
+        if variable not in defaults:
+            raise LookupError("%s on %s: not set, and the %s role has no default for it" % (variable, host, item_role))
+        return defaults[variable], "the %s role's default" % item_role
+
+    for item in SERVICE_PORTS:
+        try:
+            group = item.get("group") or value(item["role"], item["group_variable"])[0]
+            if host not in (groups.get(str(group)) or []):
+                continue
+            if item.get("enabled") and not _truthy(value(item["role"], item["enabled"])[0]):
+                continue
+            raw, origin = value(item["role"], item["variable"])
+        except LookupError as exc:
+            errors.append(str(exc))
+            continue
+        except Exception as exc:  # a template that cannot be resolved here
+            errors.append("%s on %s: cannot be resolved (%s)" % (item["variable"], host, exc))
+            continue
+        port = _port_value(raw)
+        if port is not None:
+            found.append({"port": port, "variable": item["variable"], "service": item["service"], "origin": origin})
+    return found, errors
+
+
+def worker_port_errors(host, workers, service_ports):
+    """A worker's system_port/rpc_port that another service of the same host listens on.
+
+    Compared by port number alone, whatever the addresses: services may bind wildcards or
+    loopback, a later change of address must not turn into a clash at start, and the host
+    firewall admits or drops by port.
+    """
+    taken = {}
+    for item in service_ports or []:
+        taken.setdefault(item["port"], item)
+    errors = []
+    for pos, worker in enumerate(workers if isinstance(workers, list) else []):
+        if not isinstance(worker, dict):
+            continue
+        name = worker.get("name") if isinstance(worker.get("name"), str) and worker.get("name") else pos
+        for key in ("system_port", "rpc_port"):
+            port = _port_value(worker.get(key))
+            if port in taken:
+                item = taken[port]
+                errors.append("dynamo_workers[%s].%s on %s: %d is the port %s listens on here (%s, %s); "
+                              "choose another port" % (name, key, host, port, item["service"], item["variable"],
+                                                       item["origin"]))
+    return errors
+
+
+def bind_address_errors(host, host_addresses):
+    """``host``'s address (kvshare_bind_address) used by another host too.
+
+    ``host_addresses``: host -> its address ('' or None when unknown). Every service of a host
+    listens on and advertises this one address: two hosts with one address register each
+    other's workers and fight over the same ports.
+    """
+    mine = str(host_addresses.get(host) or "").strip()
+    if not mine:
+        return []
+    others = sorted(h for h, a in host_addresses.items() if h != host and str(a or "").strip() == mine)
+    if not others:
+        return []
+    return ["kvshare_bind_address on %s: %s is also the address of %s; every host needs its own (each service "
+            "listens on and advertises it)" % (host, mine, ", ".join(others))]

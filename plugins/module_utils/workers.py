@@ -78,11 +78,38 @@ def kv_transfer_config(worker):
 
 
 def _port(value):
+    if isinstance(value, bool):
+        return None
     try:
         port = int(value)
     except (TypeError, ValueError):
         return None
     return port if 1 <= port <= 65535 else None
+
+
+# The keys of one dynamo_workers entry and their types, as the dynamo_worker role's argument spec
+# declares them (tests/unit/plugins/module_utils/test_workers_validation.py keeps the two in
+# step). validate.yml checks them here first, so that a wrong type is named as the inventory
+# writes it (dynamo_workers[<worker>].<key>) instead of through the role's internal variable.
+WORKER_KEYS = {
+    "name": "str", "engine": "str", "model": "str", "served_model_name": "str", "endpoint": "str",
+    "system_port": "int", "rpc_port": "int", "gpus": "list", "gpu_memory_utilization": "float",
+    "prefix_caching": "bool", "kv_transfer_config": "raw", "extra_args": "list", "env": "dict",
+}
+# What Ansible's bool type accepts (module_utils.parsing.convert_bool).
+_BOOL_TEXT = ("y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f")
+
+
+def _type_error(key, value):
+    """Why ``value`` is not of WORKER_KEYS[key]'s type (as the argument spec would convert it), or ''."""
+    kind = WORKER_KEYS[key]
+    if kind == "str" and isinstance(value, (dict, list)):
+        return "must be a string"
+    if kind == "bool" and not isinstance(value, bool) and str(value).strip().lower() not in _BOOL_TEXT:
+        return "must be true or false"
+    if kind == "list" and isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return "must be a list of strings"
+    return ""
 
 
 def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
@@ -103,6 +130,16 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
             continue
         name = worker.get("name")
         label = "worker '%s' on %s" % (name, host) if name else "dynamo_workers[%d] on %s" % (pos, host)
+
+        def where(key, name=name, pos=pos):
+            """The key as the inventory writes it: dynamo_workers[<worker>].<key> on <host>."""
+            return "dynamo_workers[%s].%s on %s" % (name if isinstance(name, str) and name else pos, key, host)
+
+        for key in sorted(worker):
+            if key not in WORKER_KEYS:
+                errors.append("%s: unknown key (known: %s)" % (where(key), ", ".join(sorted(WORKER_KEYS))))
+            elif worker[key] is not None and _type_error(key, worker[key]):
+                errors.append("%s: %s (got %r)" % (where(key), _type_error(key, worker[key]), worker[key]))
         if not isinstance(name, str) or not NAME_RE.match(name):
             errors.append("%s: name must match %s" % (label, NAME_RE.pattern))
         elif name in seen_names:
@@ -119,7 +156,7 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
                 continue
             port = _port(worker.get(key))
             if port is None:
-                errors.append("%s: %s must be an integer in 1-65535 (got %r)" % (label, key, worker.get(key)))
+                errors.append("%s: must be an integer in 1-65535 (got %r)" % (where(key), worker.get(key)))
             elif port in seen_ports:
                 errors.append("%s: %s %d is already used by %s" % (label, key, port, seen_ports[port]))
             elif port in reserved:
@@ -127,7 +164,12 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
             else:
                 seen_ports[port] = "worker '%s' (%s)" % (name, key)
         if "gpus" in worker and not isinstance(worker.get("gpus"), list):
-            errors.append("%s: gpus must be a list of GPU ids (got %r)" % (label, worker.get("gpus")))
+            errors.append("%s: must be a list of GPU ids (got %r)" % (where("gpus"), worker.get("gpus")))
+        elif engine == "vllm" and not gpu_key(worker):
+            # Without it the worker gets no CUDA_VISIBLE_DEVICES: it lands on GPU 0 beside the others,
+            # outside the start order and the per-GPU memory-fraction sum.
+            errors.append("%s: a vLLM worker must list its GPUs, e.g. gpus: [\"0\"] (got %r)"
+                          % (where("gpus"), worker.get("gpus")))
         fraction = worker.get("gpu_memory_utilization")
         if fraction is not None:
             try:
@@ -148,10 +190,10 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
         if cfg is not None and engine == "mocker":
             errors.append("%s: kv_transfer_config is set but engine mocker has no KV connector" % label)
         if isinstance(worker.get("extra_args", []), str) or not isinstance(worker.get("extra_args", []), list):
-            errors.append("%s: extra_args must be a list of arguments" % label)
+            errors.append("%s: must be a list of arguments (got %r)" % (where("extra_args"), worker.get("extra_args")))
         env = worker.get("env", {})
         if not isinstance(env, dict):
-            errors.append("%s: env must be a mapping" % label)
+            errors.append("%s: must be a mapping (got %r)" % (where("env"), env))
         elif "DYN_CONNECTOR" in env:
             errors.append("%s: env sets DYN_CONNECTOR, which dynamo.vllm 1.6.1 rejects; use kv_transfer_config" % label)
     for gpu, shares in sorted(gpu_share.items()):

@@ -46,7 +46,7 @@ def test_valid_inventory_has_no_errors():
     ([wk("a", system_port=1), wk("a", system_port=2)], "worker 'a' on h1: duplicate worker name"),
     ([wk("a", system_port=5), wk("b", system_port=5)], "worker 'b' on h1: system_port 5 is already used by worker 'a'"),
     ([wk("a", system_port=5, rpc_port=5)], "rpc_port 5 is already used"),
-    ([wk("a", system_port=70000)], "worker 'a' on h1: system_port must be an integer in 1-65535"),
+    ([wk("a", system_port=70000)], "dynamo_workers[a].system_port on h1: must be an integer in 1-65535"),
     ([wk("a", system_port=1, engine="sglang")], "engine 'sglang' is unknown"),
     ([wk("Bad_Name", system_port=1)], "name must match"),
     ([wk("a", ["0"], system_port=1, gpu_memory_utilization=0.6), wk("b", ["0"], system_port=2, gpu_memory_utilization=0.5)],
@@ -56,7 +56,7 @@ def test_valid_inventory_has_no_errors():
     ([wk("a", system_port=1, kv_transfer_config={"kv_role": "kv_both"})], "kv_transfer_config has no 'kv_connector'"),
     ([wk("a", system_port=1, engine="mocker", kv_transfer_config={"kv_connector": "X"})], "engine mocker has no KV connector"),
     ([wk("a", system_port=1, env={"DYN_CONNECTOR": "x"})], "DYN_CONNECTOR"),
-    ([wk("a", system_port=1, extra_args="--enforce-eager")], "extra_args must be a list"),
+    ([wk("a", system_port=1, extra_args="--enforce-eager")], "dynamo_workers[a].extra_args on h1: must be a list"),
     ([wk("a", system_port=1, model="")], "model is required"),
 ])
 def test_bad_input_is_named(workers, needle):
@@ -70,7 +70,7 @@ def test_no_frontend_is_an_error():
 
 
 def test_reserved_port_clash_names_the_owner():
-    errors = w.worker_errors([wk("a", system_port=8000)], "h1", ["fe"], {8000: "the frontend HTTP port"})
+    errors = w.worker_errors([wk("a", ["0"], system_port=8000)], "h1", ["fe"], {8000: "the frontend HTTP port"})
     assert errors == ["worker 'a' on h1: system_port 8000 is already used by the frontend HTTP port"]
 
 

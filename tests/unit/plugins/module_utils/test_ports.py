@@ -100,3 +100,97 @@ def test_real_proc_sees_this_process_listening():
 def test_ss_output_parser_kept():
     out = 'LISTEN 0 4096 0.0.0.0:5555 0.0.0.0:* users:(("nc",pid=77,fd=3))\n'
     assert ports.port_listeners(out, 5555) == [{"address": "0.0.0.0", "port": 5555, "process": "nc", "pid": 77}]
+
+
+# --- inventory level: the ports a host's services will listen on --------------------------------
+
+import yaml  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+
+
+def role_defaults():
+    """The real defaults of the service roles (what validate.yml loads with include_vars)."""
+    out = {}
+    for role in ports.SERVICE_ROLES:
+        with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as fh:
+            out[role] = yaml.safe_load(fh)
+    return out
+
+
+GROUPS = {"etcd": ["a", "b"], "dynamo": ["a", "b", "c"], "dynamo_frontend": ["a"], "dynamo_workers": ["b", "c"],
+          "maru_pool": ["b"], "kvcr": ["c"]}
+
+
+def listening(host, host_vars=None, groups=None, defaults=None):
+    found, errors = ports.host_service_ports(host, groups or GROUPS, host_vars or {}, defaults or role_defaults())
+    assert errors == []
+    return dict((i["port"], i["variable"]) for i in found)
+
+
+def test_every_service_port_has_a_role_default():
+    defaults = role_defaults()
+    for item in ports.SERVICE_PORTS:
+        for key in ("variable", "group_variable", "enabled"):
+            if item.get(key):
+                assert item[key] in defaults[item["role"]], (item["role"], item[key])
+
+
+def test_host_ports_follow_groups_and_defaults():
+    # kvcr_state_agent_enabled's default is a template: on c it is given as the resolved value
+    assert listening("a") == {8000: "dynamo_frontend_http_port", 2379: "etcd_client_port", 2380: "etcd_peer_port",
+                              23790: "etcd_client_proxy_port"}
+    assert listening("b") == {2379: "etcd_client_port", 2380: "etcd_peer_port", 23790: "etcd_client_proxy_port",
+                              9850: "maru_pool_rm_port", 5555: "maru_pool_server_port"}
+    assert listening("c", {"kvcr_state_agent_enabled": True}) == {
+        23790: "etcd_client_proxy_port", 23280: "kvcr_control_port", 23080: "kvcr_kv_events_port",
+        9091: "kvcr_state_agent_system_port"}
+    assert 9091 not in listening("c", {"kvcr_state_agent_enabled": "false"})
+
+
+def test_host_values_win_and_switches_count():
+    got = listening("a", {"dynamo_frontend_http_port": "8080", "etcd_client_proxy_enabled": False, "etcd_group_name": "kv"},
+                    dict(GROUPS, kv=["c"]))
+    assert got == {8080: "dynamo_frontend_http_port"}
+    found, _ = ports.host_service_ports("a", GROUPS, {"dynamo_frontend_http_port": 8080}, role_defaults())
+    origins = dict((i["variable"], i["origin"]) for i in found)
+    assert origins["dynamo_frontend_http_port"] == "set for a"
+    assert origins["etcd_client_port"] == "the etcd role's default"
+
+
+def test_unreadable_values_are_named_and_bad_ports_left_to_the_specs():
+    def lookup(key):
+        if key == "etcd_client_port":
+            raise RuntimeError("'undefined_var' is undefined")
+        if key == "etcd_peer_port":
+            return "peer"
+        raise KeyError(key)
+    found, errors = ports.host_service_ports("a", GROUPS, lookup, role_defaults())
+    assert errors == ["etcd_client_port on a: cannot be resolved ('undefined_var' is undefined)"]
+    assert "etcd_peer_port" not in [i["variable"] for i in found]
+    _, errors = ports.host_service_ports("a", GROUPS, {}, {})
+    assert "dynamo_frontend_http_port on a: not set, and the dynamo_frontend role has no default for it" in errors
+
+
+def test_worker_port_on_a_service_port_names_worker_key_and_service():
+    found, _ = ports.host_service_ports("a", GROUPS, {}, role_defaults())
+    workers = [{"name": "w0", "system_port": 8000, "rpc_port": "2380"}, {"name": "w1", "system_port": 18081},
+               "junk", {"system_port": 23790}]
+    assert ports.worker_port_errors("a", workers, found) == [
+        "dynamo_workers[w0].system_port on a: 8000 is the port the frontend's HTTP API listens on here "
+        "(dynamo_frontend_http_port, the dynamo_frontend role's default); choose another port",
+        "dynamo_workers[w0].rpc_port on a: 2380 is the port etcd (peer URL) listens on here "
+        "(etcd_peer_port, the etcd role's default); choose another port",
+        "dynamo_workers[3].system_port on a: 23790 is the port the local etcd client proxy listens on here "
+        "(etcd_client_proxy_port, the etcd_client role's default); choose another port",
+    ]
+    assert ports.worker_port_errors("a", "not a list", found) == []
+
+
+def test_bind_address_shared_by_two_hosts():
+    addresses = {"a": "10.0.0.1", "b": "10.0.0.2", "c": "10.0.0.2", "d": None, "e": ""}
+    assert ports.bind_address_errors("a", addresses) == []
+    assert ports.bind_address_errors("d", addresses) == []
+    assert ports.bind_address_errors("b", addresses) == [
+        "kvshare_bind_address on b: 10.0.0.2 is also the address of c; every host needs its own (each service "
+        "listens on and advertises it)"]

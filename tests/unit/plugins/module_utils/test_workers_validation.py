@@ -32,3 +32,60 @@ def test_maru_server_url_must_be_served_by_a_pool_host():
 def test_malformed_entries_left_to_worker_errors():
     assert w.cluster_worker_errors({"a": "oops", "b": ["x", {"name": "m", "engine": "mocker"},
                                                         {"name": "j", "kv_transfer_config": "{bad"}]}) == []
+
+
+# --- worker_errors: keys and types as the inventory writes them -----------------------------------
+
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+import yaml  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+
+
+def good(**kw):
+    worker = {"name": "w0", "engine": "vllm", "model": "m", "gpus": ["0"], "system_port": 18081}
+    worker.update(kw)
+    return worker
+
+
+def test_worker_keys_match_the_role_argument_spec():
+    with open(os.path.join(REPO, "roles", "dynamo_worker", "meta", "argument_specs.yml")) as fh:
+        specs = yaml.safe_load(fh)["argument_specs"]
+    for entry in ("main", "preflight"):
+        options = specs[entry]["options"]["dynamo_worker_instances"]["options"]
+        assert dict((k, v["type"]) for k, v in options.items()) == w.WORKER_KEYS, entry
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"system_port": "18081x"}, "dynamo_workers[w0].system_port on h: must be an integer in 1-65535 (got '18081x')"),
+    ({"rpc_port": True}, "dynamo_workers[w0].rpc_port on h: must be an integer in 1-65535 (got True)"),
+    ({"prefix_caching": "sometimes"}, "dynamo_workers[w0].prefix_caching on h: must be true or false (got 'sometimes')"),
+    ({"served_model_name": ["a"]}, "dynamo_workers[w0].served_model_name on h: must be a string (got ['a'])"),
+    ({"gpus": [{"id": 0}]}, "dynamo_workers[w0].gpus on h: must be a list of strings (got [{'id': 0}])"),
+    ({"gpus": "0"}, "dynamo_workers[w0].gpus on h: must be a list of GPU ids (got '0')"),
+    ({"gpus": []}, "dynamo_workers[w0].gpus on h: a vLLM worker must list its GPUs, e.g. gpus: [\"0\"] (got [])"),
+    ({"extra_args": "--x"}, "dynamo_workers[w0].extra_args on h: must be a list of arguments (got '--x')"),
+    ({"env": ["A=1"]}, "dynamo_workers[w0].env on h: must be a mapping (got ['A=1'])"),
+    ({"system_prot": 1}, "dynamo_workers[w0].system_prot on h: unknown key (known: "),
+])
+def test_wrong_type_is_named_as_the_inventory_writes_it(kw, message):
+    errors = w.worker_errors([good(**kw)], "h", ["fe"])
+    assert any(e.startswith(message) for e in errors), errors
+
+
+def test_vllm_worker_without_gpus_key_and_unnamed_worker():
+    worker = good()
+    del worker["gpus"]
+    assert w.worker_errors([worker], "h", ["fe"]) == [
+        "dynamo_workers[w0].gpus on h: a vLLM worker must list its GPUs, e.g. gpus: [\"0\"] (got None)"]
+    assert any(e.startswith("dynamo_workers[0].system_port on h:") for e in
+               w.worker_errors([good(name=None, system_port="x")], "h", ["fe"]))
+
+
+def test_accepted_spellings_pass():
+    # what the argument spec converts: digit strings for ints, yes/no for bools, ints for strings
+    assert w.worker_errors([good(system_port="18081", prefix_caching="no", served_model_name=7, gpus=[0])],
+                           "h", ["fe"]) == []
+    assert w.worker_errors([good(engine="mocker", gpus=[])], "h", ["fe"]) == []
