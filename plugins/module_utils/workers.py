@@ -234,10 +234,11 @@ def share_pairs(host_workers, named_pairs=None):
     """Pairs (A, B) for the cross-instance check.
 
     ``host_workers`` maps host -> its worker list. With ``named_pairs`` (items ``{a: host/name,
-    b: host/name}``) exactly those are returned. Otherwise one pair per pool (preferring two
-    workers on different hosts when the pool spans hosts) and one pair per mocker endpoint (for
-    routing and answers; sharing is not applicable there). Each pair item carries host, name and
-    the worker mapping for A and B, and the pool id.
+    b: host/name}``) exactly those are returned. Otherwise, per pool: a pair on one host (the
+    first host with two of its workers) and, when the pool spans hosts, a pair across hosts (A
+    on one host, B on another), so that both ways of sharing are proven; and one pair per mocker
+    endpoint (for routing and answers; sharing is not applicable there). Each pair item carries
+    host, name and the worker mapping for A and B, and the pool id.
     """
     index = {}
     for host in sorted(host_workers):
@@ -251,7 +252,8 @@ def share_pairs(host_workers, named_pairs=None):
                 raise ValueError("kvshare_verify_pairs names unknown workers %s (use host/name)" % missing)
             (ha, wa), (hb, wb) = index[item["a"]], index[item["b"]]
             pairs.append({"a": {"host": ha, "worker": wa}, "b": {"host": hb, "worker": wb},
-                          "pool": pool_id(ha, wa) or "n/a"})
+                          "pool": pool_id(ha, wa) or "n/a",
+                          "maru_server": maru_server_url(wa), "a_maru_instance_id": maru_instance_id(wa)})
         return pairs
     groups = {}
     for key, (host, worker) in index.items():
@@ -264,9 +266,17 @@ def share_pairs(host_workers, named_pairs=None):
         members = groups[pid]
         if len(members) < 2:
             continue
-        a = members[0]
-        b = next((m for m in members[1:] if m[0] != a[0]), members[1])
-        pairs.append({"a": {"host": a[0], "worker": a[1]}, "b": {"host": b[0], "worker": b[1]}, "pool": pid})
+        found = []
+        same = next(((m, n) for i, m in enumerate(members) for n in members[i + 1:] if m[0] == n[0]), None)
+        if same:
+            found.append(same)
+        a = same[0] if same else members[0]
+        cross = next((m for m in members if m[0] != a[0]), None)
+        if cross:
+            found.append((a, cross))
+        for a, b in found:
+            pairs.append({"a": {"host": a[0], "worker": a[1]}, "b": {"host": b[0], "worker": b[1]}, "pool": pid,
+                          "maru_server": maru_server_url(a[1]), "a_maru_instance_id": maru_instance_id(a[1])})
     return pairs
 
 
@@ -335,3 +345,48 @@ def cluster_worker_errors(host_workers, maru_server_urls=None):
                     errors.append("%s: kv_transfer_config maru_server_url %s is served by no host of group maru_pool "
                                   "(pool servers: %s)" % (label, url, ", ".join(sorted(maru_server_urls)) or "none"))
     return errors
+
+
+def _maru_extra(worker):
+    """kv_connector_extra_config of a worker that uses MaruKVConnector, else None."""
+    if not isinstance(worker, dict) or worker.get("engine") == "mocker":
+        return None
+    try:
+        cfg = kv_transfer_config(worker)
+    except ValueError:
+        return None
+    if not cfg or cfg.get("kv_connector") != "MaruKVConnector":
+        return None
+    extra = cfg.get("kv_connector_extra_config") or {}
+    return extra if isinstance(extra, dict) else {}
+
+
+def connector_modules(workers):
+    """Sorted kv_connector_module_path values the workers name (where a connector sets one)."""
+    found = set()
+    for worker in workers or []:
+        if not isinstance(worker, dict) or worker.get("engine") == "mocker":
+            continue
+        try:
+            cfg = kv_transfer_config(worker)
+        except ValueError:
+            continue
+        if cfg and cfg.get("kv_connector_module_path"):
+            found.add(str(cfg["kv_connector_module_path"]))
+    return sorted(found)
+
+
+def maru_server_url(worker):
+    """The maru-server URL of a MaruKVConnector worker (upstream's default when unset), else None."""
+    extra = _maru_extra(worker)
+    if extra is None:
+        return None
+    return str(extra.get("maru_server_url") or "tcp://localhost:5555")
+
+
+def maru_instance_id(worker):
+    """The maru_instance_id a MaruKVConnector worker registers its KV under, else None."""
+    extra = _maru_extra(worker)
+    if extra is None or not extra.get("maru_instance_id"):
+        return None
+    return str(extra["maru_instance_id"])

@@ -153,13 +153,34 @@ def test_local_directories_on_two_hosts_are_two_pools():
     assert w.share_pairs(hosts) == []
 
 
-def test_maru_pool_spanning_hosts_pairs_across_hosts():
+def test_maru_pool_spanning_hosts_pairs_on_one_host_and_across_hosts():
     hosts = {"h1": [{"name": "a", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU},
                     {"name": "b", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU}],
              "h2": [{"name": "c", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU}]}
+    same, cross = w.share_pairs(hosts)
+    assert (same["a"]["host"], same["a"]["worker"]["name"], same["b"]["host"], same["b"]["worker"]["name"]) \
+        == ("h1", "a", "h1", "b")
+    assert (cross["a"]["host"], cross["a"]["worker"]["name"], cross["b"]["host"], cross["b"]["worker"]["name"]) \
+        == ("h1", "a", "h2", "c")
+    assert same["pool"] == cross["pool"] == "maru:tcp://10.0.0.1:5555"
+
+
+def test_maru_pool_one_worker_per_host_pairs_across_hosts_only():
+    hosts = {"h1": [{"name": "a", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU}],
+             "h2": [{"name": "c", "engine": "vllm", "model": "/m", "kv_transfer_config": MARU}]}
     (pair,) = w.share_pairs(hosts)
-    assert (pair["a"]["host"], pair["a"]["worker"]["name"], pair["b"]["host"]) == ("h1", "a", "h2")
-    assert pair["pool"] == "maru:tcp://10.0.0.1:5555"
+    assert (pair["a"]["host"], pair["b"]["host"]) == ("h1", "h2")
+
+
+def test_connector_modules_and_maru_servers():
+    workers = [{"name": "a", "engine": "vllm", "model": "/m", "kv_transfer_config": dict(MARU, kv_connector_module_path="x")},
+               {"name": "b", "engine": "vllm", "model": "/m", "kv_transfer_config": EXAMPLE},
+               {"name": "m", "engine": "mocker", "model": "/m", "kv_transfer_config": MARU}]
+    assert w.connector_modules(workers) == ["x"]
+    assert f.worker_maru_servers(workers) == ["tcp://10.0.0.1:5555"]
+    assert w.maru_instance_id(workers[0]) == "x" and w.maru_instance_id(workers[1]) is None
+    assert w.maru_server_url({"name": "n", "engine": "vllm", "kv_transfer_config": {"kv_connector": "MaruKVConnector"}}) \
+        == "tcp://localhost:5555"
 
 
 def test_named_pairs_and_unknown_names():
