@@ -9,7 +9,8 @@ nothing is gathered, host probes are skipped). A case passes when
 - the failure message names the offending variable and the offending host (a failed argument
   spec is attributed to its host by Ansible, `fatal: [host]`; the spec message names the variable).
 The base inventories themselves must pass (test_base_inventory_is_valid), so each failure is the
-mutation's. The cases run as many at a time as there are CPUs (2-6; one ansible-playbook each); conftest.py prints
+mutation's. A few cases run a rollout (site.yml, upgrade.yml) with the offline flag instead: it must
+refuse the flag in its validation play, before anything else runs. The cases run as many at a time as there are CPUs (2-6; one ansible-playbook each); conftest.py prints
 "bad inputs rejected N/N".
 """
 import concurrent.futures
@@ -27,7 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PLAYBOOK = os.path.join(REPO, "playbooks", "validate.yml")
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # Controller-side actions only: anything else would have run on a host (or on this machine).
-ALLOWED_ACTIONS = {"assert", "set_fact", "debug", "include_role", "validate_argument_spec", "meta"}
+ALLOWED_ACTIONS = {"assert", "set_fact", "debug", "include_role", "include_vars", "validate_argument_spec", "meta"}
 
 
 def _maru_worker(host, name, system_port, rpc_port, fraction=0.3):
@@ -56,6 +57,8 @@ def base_maru():
             "node-2": {"kvshare_bind_address": "10.0.0.2",
                        "dynamo_workers": [_maru_worker("node-2", "w0", 18081, 19081),
                                           _maru_worker("node-2", "w1", 18082, 19082)],
+                       # Workers on node-3 could use it: Maru binds loopback unless told otherwise.
+                       "maru_pool_bind_address": "10.0.0.2",
                        "maru_pool_dedicated_devices": ["dax0.0"],
                        "maru_pool_workers": [{"name": "w0"}, {"name": "w1"}],
                        "maru_pool_model": {"num_kv_heads": 2, "head_dim": 64, "dtype": "bfloat16"}},
@@ -150,6 +153,16 @@ def both(*mutations):
     return mutate
 
 
+def rollout(playbook):
+    """Run ``playbook`` (a rollout that imports validate.yml) instead of validate.yml. Every host
+    points at a closed loopback port: should the rollout go past validation, it reaches nothing."""
+    def mutate(inv):
+        inv["playbook"] = playbook
+        for host_vars in inv["hosts"].values():
+            host_vars.update(ansible_host="127.0.0.1", ansible_port=9)
+    return mutate
+
+
 def node3_maru_workers(inv):
     inv["hosts"]["node-3"]["dynamo_workers"] = [_maru_worker("node-2", "w0", 18081, 19081)]
 
@@ -186,7 +199,8 @@ CASES = [
     ("etcd_client_port_not_int", "maru", hv("node-2", etcd_client_port="twenty"), "node-2", ["etcd_client_port"]),
     ("frontend_port_not_int", "maru", hv("node-1", dynamo_frontend_http_port="http"), "node-1", ["dynamo_frontend_http_port"]),
     ("dynamo_workers_not_a_list", "maru", hv("node-3", dynamo_workers={"name": "mock-a"}), "node-3", ["dynamo_workers"]),
-    ("worker_gpus_string", "maru", worker("node-3", 0, gpus="0,1"), "node-3", ["gpus must be a list"]),
+    ("worker_gpus_string", "maru", worker("node-3", 0, gpus="0,1"), "node-3",
+     ["dynamo_workers[mock-a].gpus", "must be a list of GPU ids"]),
     ("worker_system_port_not_int", "maru", worker("node-3", 0, system_port="metrics"), "node-3", ["system_port"]),
     ("maru_pool_workers_not_a_list", "maru", hv("node-2", maru_pool_workers="w0"), "node-2", ["maru_pool_workers"]),
     ("kvcr_slot_not_int", "kvcr", hv("gpu-b", kvcr_cache_slot="one"), "gpu-b", ["kvcr_cache_slot"]),
@@ -214,7 +228,8 @@ CASES = [
     ("gpu_memory_sum_above_1", "maru", both(worker("node-2", 0, gpu_memory_utilization=0.6),
                                             worker("node-2", 1, gpu_memory_utilization=0.5)),
      "node-2", ["gpu_memory_utilization", "share GPU 0", "1.10"]),
-    ("port_out_of_range", "maru", worker("node-3", 1, rpc_port=70000), "node-3", ["rpc_port must be an integer in 1-65535"]),
+    ("port_out_of_range", "maru", worker("node-3", 1, rpc_port=70000), "node-3",
+     ["dynamo_workers[mock-b].rpc_port", "must be an integer in 1-65535"]),
     ("kvcr_slot_out_of_range", "kvcr", hv("gpu-b", kvcr_cache_slot=2), "gpu-b", ["kvcr_cache_slot"]),
     ("frontend_ready_delay_too_long", "maru", hv("node-1", dynamo_frontend_ready_delay=5), "node-1",
      ["dynamo_frontend_ready_delay"]),
@@ -272,6 +287,47 @@ CASES = [
      ["etcd_client_proxy_address", "127.0.20.3", "etcd_cert_extra_sans"]),
     ("etcd_proxy_port_wrong_type", "kvcr", gv("kvcr", etcd_client_proxy_port="proxy"), "gpu-a",
      ["etcd_client_proxy_port"]),
+    # a worker port on a port another service of the same host listens on by default (not set in the inventory)
+    ("worker_port_is_default_frontend_port", "maru", both(group("dynamo_frontend", ["node-3"]),
+                                                          worker("node-3", 0, system_port=8000)),
+     "node-3", ["dynamo_workers[mock-a].system_port", "8000", "dynamo_frontend_http_port"]),
+    ("worker_port_is_default_etcd_client_port", "maru", worker("node-2", 0, system_port=2379), "node-2",
+     ["dynamo_workers[w0].system_port", "2379", "etcd_client_port"]),
+    ("worker_port_is_default_etcd_peer_port", "maru", worker("node-3", 1, rpc_port=2380), "node-3",
+     ["dynamo_workers[mock-b].rpc_port", "2380", "etcd_peer_port"]),
+    ("worker_port_is_default_maru_rm_port", "maru", worker("node-2", 1, rpc_port=9850), "node-2",
+     ["dynamo_workers[w1].rpc_port", "9850", "maru_pool_rm_port"]),
+    ("worker_port_is_default_maru_server_port", "maru", worker("node-2", 0, system_port=5555), "node-2",
+     ["dynamo_workers[w0].system_port", "5555", "maru_pool_server_port"]),
+    ("worker_port_is_default_etcd_proxy_port", "maru", worker("node-3", 0, rpc_port=23790), "node-3",
+     ["dynamo_workers[mock-a].rpc_port", "23790", "etcd_client_proxy_port"]),
+    ("worker_port_is_default_kvcr_control_port", "kvcr", hv("gpu-b", dynamo_workers=[{
+        "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9090,
+        "rpc_port": 23280, "kv_transfer_config": "{{ kvcr_worker_kv_transfer_config }}",
+        "env": "{{ kvcr_worker_env }}", "extra_args": "{{ kvcr_worker_extra_args }}"}]),
+     "gpu-b", ["dynamo_workers[kvcr].rpc_port", "23280", "kvcr_control_port"]),
+    ("worker_port_is_default_kvcr_agent_port", "kvcr", hv("gpu-a", dynamo_workers=[{
+        "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9091,
+        "rpc_port": 9190, "kv_transfer_config": "{{ kvcr_worker_kv_transfer_config }}",
+        "env": "{{ kvcr_worker_env }}", "extra_args": "{{ kvcr_worker_extra_args }}"}]),
+     "gpu-a", ["dynamo_workers[kvcr].system_port", "9091", "kvcr_state_agent_system_port"]),
+    # one address, two hosts (not only between etcd members)
+    ("dup_bind_address", "maru", both(group("etcd", ["node-1"]), hv("node-3", kvshare_bind_address="10.0.0.2")),
+     "node-3", ["kvshare_bind_address", "10.0.0.2", "node-2"]),
+    # a vLLM worker must say which GPUs it uses
+    ("vllm_worker_gpus_empty", "maru", worker("node-2", 1, gpus=[]), "node-2", ["dynamo_workers[w1].gpus"]),
+    ("vllm_worker_without_gpus", "maru", lambda inv: inv["hosts"]["node-2"]["dynamo_workers"][0].pop("gpus"),
+     "node-2", ["dynamo_workers[w0].gpus"]),
+    # a wrong type inside dynamo_workers is named as the user wrote it, without the role's argument spec
+    ("worker_system_port_not_a_number", "maru", worker("node-3", 0, system_port="18081x"), "node-3",
+     ["dynamo_workers[mock-a].system_port", "18081x"]),
+    ("worker_prefix_caching_not_bool", "maru", worker("node-2", 0, prefix_caching="sometimes"), "node-2",
+     ["dynamo_workers[w0].prefix_caching", "sometimes"]),
+    # offline validation is for validate.yml alone: a rollout refuses the flag before it validates
+    ("offline_flag_in_site", "maru", rollout("site.yml"), "node-1",
+     ["kvshare_validate_offline", "playbooks/validate.yml"]),
+    ("offline_flag_in_upgrade", "kvcr", rollout("playbooks/upgrade.yml"), "gpu-a",
+     ["kvshare_validate_offline", "playbooks/validate.yml"]),
     # host firewall (opt-in: each case enables it on the host it breaks)
     ("firewall_extra_port_out_of_range", "maru", hv("node-2", firewall_enabled=True,
                                                     firewall_extra_ports=[{"port": 70000, "proto": "tcp"}]),
@@ -300,13 +356,14 @@ def run_case(base, mutation, workdir):
     inv = copy.deepcopy(BASES[base]())
     if mutation is not None:
         mutation(inv)
+    playbook = os.path.join(REPO, inv.pop("playbook", PLAYBOOK))
     path = os.path.join(workdir, "hosts.yml")
     with open(path, "w") as fh:
         yaml.safe_dump(inventory_yaml(inv), fh, sort_keys=False)
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
                ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
                ANSIBLE_LOCAL_TEMP=os.path.join(workdir, "tmp"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", path, PLAYBOOK, "-e", "kvshare_validate_offline=true"],
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", path, playbook, "-e", "kvshare_validate_offline=true"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     try:
         # The JSON document, then whatever notification callbacks (profile_tasks) print.
