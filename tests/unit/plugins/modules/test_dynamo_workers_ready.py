@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -226,3 +227,147 @@ def test_runs_as_a_standalone_module_with_exact_ids(sites, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert '"A": 3496660461086300990' in proc.stdout
     assert json.loads(proc.stdout)["instance_ids"]["A"] == A_ID
+
+
+# --- watching the worker units (unit_template): a crash-looping worker fails fast -----------------
+
+def show(active, sub, restarts, code=0, status=0, result="success", load="loaded"):
+    """systemctl show output for the properties the module reads."""
+    return ("Id=dynamo-worker@w.service\nLoadState=%s\nActiveState=%s\nSubState=%s\nResult=%s\nNRestarts=%d\n"
+            "MainPID=0\nExecMainCode=%d\nExecMainStatus=%d\n" % (load, active, sub, result, restarts, code, status))
+
+
+STARTING = show("activating", "start", 0)
+CRASHED_1 = show("activating", "auto-restart", 0, 1, 1, "exit-code")    # first crash, restart pending
+RESTARTED_1 = show("active", "running", 1, 1, 1, "exit-code")
+CRASHED_2 = show("activating", "auto-restart", 1, 2, 9, "signal")        # second crash: SIGKILL
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def reader(pages):
+    """unit -> the next parsed state of pages[unit] (the last one repeats)."""
+    calls = {}
+
+    def read(unit):
+        seq = pages[unit]
+        n = calls.get(unit, 0)
+        calls[unit] = n + 1
+        return dwr.unit_utils.parse_show(seq[min(n, len(seq) - 1)])
+    read.calls = calls
+    return read
+
+
+def test_crash_loop_stops_waiting_at_the_second_crash(sites):
+    fe = Frontend(["frontend_health_instances.json"])
+    a = metrics_site(["vllm_worker_metrics_full.txt"])
+    sites.append(fe)
+    sites.append(a)
+    clock = FakeClock()
+    read = reader({"u-loop": [STARTING, CRASHED_1, RESTARTED_1, CRASHED_2]})
+    res = dwr.wait_for_workers(fe.url, [
+        {"name": "loop", "model": "tiny", "system_url": "http://127.0.0.1:%d" % free_port(), "unit": "u-loop"},
+        {"name": "A", "model": "tiny", "system_url": a.url}],
+        timeout=300, interval=0.5, request_timeout=1, clock=clock, sleep=clock.sleep, read_unit=read)
+    loop, ok = res["workers"]
+    assert res["crashed"] == ["loop"] and res["not_ready"] == ["loop"]
+    assert res["rounds"] == 4 and res["elapsed_s"] == 1.5          # not the 300 s timeout
+    assert ok["ready"] and ok["unit"] is None                       # a worker without unit is not watched
+    assert loop["crashed"] and loop["unit_state"] == {"active_state": "activating", "sub_state": "auto-restart",
+                                                      "n_restarts": 1, "crashes": 2, "main_pid": 0,
+                                                      "last_exit": "signal SIGKILL (signal)"}
+    assert loop["last_error"] == ("unit u-loop crashed 2 time(s) while starting: ActiveState activating/auto-restart, "
+                                  "NRestarts 1, last exit signal SIGKILL (signal)")
+
+
+def test_failed_unit_stops_at_once_and_one_crash_is_tolerated(sites):
+    fe = Frontend(["frontend_health_instances.json"])
+    a = metrics_site(["vllm_worker_metrics_full.txt"])
+    sites.extend([fe, a])
+    clock = FakeClock()
+    failed = show("failed", "failed", 0, 1, 2, "exit-code")
+    res = dwr.wait_for_workers(fe.url, [{"name": "x", "model": "tiny", "system_url": a.url, "unit": "u"}],
+                               timeout=60, clock=clock, sleep=clock.sleep, read_unit=reader({"u": [failed]}))
+    assert res["crashed"] == ["x"] and res["rounds"] == 1 and "last exit status 2 (exit-code)" in res["workers"][0]["last_error"]
+    # one crash, then up: the worker is proven ready as usual
+    clock = FakeClock()
+    res = dwr.wait_for_workers(fe.url, [{"name": "A", "model": "tiny", "system_url": a.url, "unit": "u"}],
+                               timeout=60, clock=clock, sleep=clock.sleep,
+                               read_unit=reader({"u": [CRASHED_1, RESTARTED_1]}))
+    assert res["crashed"] == [] and res["workers"][0]["ready"]
+    assert res["workers"][0]["unit_state"]["crashes"] == 1
+
+
+def test_unknown_unit_is_not_watched(sites):
+    fe = Frontend(["frontend_health_instances.json"])
+    a = metrics_site(["vllm_worker_metrics_full.txt"])
+    sites.extend([fe, a])
+    res = dwr.wait_for_workers(fe.url, [{"name": "A", "model": "tiny", "system_url": a.url, "unit": "u"}],
+                               timeout=5, read_unit=reader({"u": [show("inactive", "dead", 0, load="not-found")]}))
+    assert res["workers"][0]["ready"] and res["workers"][0]["unit_state"] is None and res["crashed"] == []
+
+
+def fake_systemd(tmp_path, pages, journal):
+    """Test doubles for systemctl (show: the next page per call) and journalctl (a fixed text) on PATH."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    state = tmp_path / "calls"
+    state.write_text("0")
+    (tmp_path / "pages.json").write_text(json.dumps(pages))
+    (tmp_path / "journal.txt").write_text(journal)
+    (bindir / "systemctl").write_text(
+        "#!%s\n# Test double: systemctl show for dynamo_workers_ready (pages.json, one page per call).\n"
+        "import json, sys\nassert sys.argv[1] == 'show' and sys.argv[-1].startswith('dynamo-worker@'), sys.argv\n"
+        "n = int(open(%r).read())\nopen(%r, 'w').write(str(n + 1))\npages = json.load(open(%r))\n"
+        "sys.stdout.write(pages[min(n, len(pages) - 1)])\n"
+        % (sys.executable, str(state), str(state), str(tmp_path / "pages.json")))
+    (bindir / "journalctl").write_text(
+        "#!%s\n# Test double: journalctl -u <unit> for dynamo_workers_ready (journal.txt).\n"
+        "import sys\nassert '-u' in sys.argv and '-n' in sys.argv, sys.argv\n"
+        "sys.stdout.write('%%s (%%s lines)\\n' %% (sys.argv[-1], sys.argv[sys.argv.index('-n') + 1]))\n"
+        "sys.stdout.write(open(%r).read())\n" % (sys.executable, str(tmp_path / "journal.txt")))
+    for name in ("systemctl", "journalctl"):
+        (bindir / name).chmod(0o755)
+    return str(bindir)
+
+
+def test_module_fails_fast_with_the_journal(sites, capsys, tmp_path, monkeypatch):
+    fe = Frontend(["frontend_health_instances.json"])
+    sites.append(fe)
+    bindir = fake_systemd(tmp_path, [STARTING, CRASHED_1, RESTARTED_1, CRASHED_2],
+                          "Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
+    monkeypatch.setenv("PATH", bindir + os.pathsep + os.environ.get("PATH", ""))
+    start = time.monotonic()
+    rc, out = run_main(dict(frontend_url=fe.url, timeout=120, interval=0.05, request_timeout=1,
+                            unit_template="dynamo-worker@{name}.service", journal_lines=7,
+                            workers=[{"name": "w0", "model": "tiny",
+                                      "system_url": "http://127.0.0.1:%d" % free_port()}]), capsys)
+    assert time.monotonic() - start < 30
+    assert rc == 1 and out["crashed"] == ["w0"] and out["workers"][0]["unit"] == "dynamo-worker@w0.service"
+    msg = out["msg"]
+    assert msg.startswith("Dynamo worker(s) w0 crash-looping: stopped waiting after ")
+    assert "unit dynamo-worker@w0.service crashed 2 time(s) while starting" in msg
+    assert "last journal lines of dynamo-worker@w0.service:\ndynamo-worker@w0.service (7 lines)\nTraceback" in msg
+    assert "RuntimeError: CUDA out of memory" in out["workers"][0]["journal"]
+
+
+def test_module_without_units_reads_no_systemd(sites, capsys, tmp_path, monkeypatch):
+    fe = Frontend(["frontend_health_instances.json"])
+    a = metrics_site(["vllm_worker_metrics_full.txt"])
+    sites.extend([fe, a])
+    bindir = fake_systemd(tmp_path, [show("failed", "failed", 5)], "")
+    monkeypatch.setenv("PATH", bindir + os.pathsep + os.environ.get("PATH", ""))
+    rc, out = run_main(dict(frontend_url=fe.url, workers=[{"name": "A", "model": "tiny", "system_url": a.url}]), capsys)
+    assert rc == 0 and out["crashed"] == [] and (tmp_path / "calls").read_text() == "0"
+    rc, out = run_main(dict(frontend_url=fe.url, max_crashes=0,
+                            workers=[{"name": "A", "model": "tiny", "system_url": a.url}]), capsys)
+    assert rc == 1 and "max_crashes must be >= 1" in out["msg"]
