@@ -7,6 +7,7 @@ controller-side validation (changed=0 everywhere), and report each host probe as
 """
 import os
 import re
+import socket
 import subprocess
 import sys
 
@@ -46,15 +47,25 @@ def test_offline_validation_passes(tmp_path, inventory):
         assert "skipped offline: maru_pool on gpu-node-1" in out
 
 
+def closed_loopback_port():
+    """A loopback TCP port bound but not listening: a connection to it is refused at once."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
 def test_offline_flag_unset_keeps_gathering(tmp_path):
     proc = run(tmp_path, "-i", "inventories/single_node", "playbooks/validate.yml", "--list-tasks")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    proc = run(tmp_path, "-i", "inventories/single_node", "playbooks/validate.yml", "--check",
-               "-e", "ansible_host=192.0.2.1", "-e", "ansible_ssh_common_args='-o ConnectTimeout=1'",
-               "-e", "ansible_ssh_retries=0")
-    # The default mode contacts the host (here an unreachable documentation address): never local.
+    with closed_loopback_port() as sock:
+        port = sock.getsockname()[1]
+        proc = run(tmp_path, "-i", "inventories/single_node", "playbooks/validate.yml", "--check",
+                   "-e", "ansible_host=127.0.0.1", "-e", "ansible_port=%d" % port,
+                   "-e", "ansible_ssh_common_args='-o ConnectTimeout=1'", "-e", "ansible_ssh_retries=0")
+    # The default mode contacts the host (here a closed loopback port): never local.
     assert "TASK [Gathering Facts]" in proc.stdout
     assert re.search(r"gpu-node-1\s*:\s*ok=0\s+changed=0\s+unreachable=1", proc.stdout), proc.stdout[-3000:]
+    assert "port %d: Connection refused" % port in proc.stdout, proc.stdout[-3000:]
 
 
 @pytest.mark.parametrize("inventory", INVENTORIES)
