@@ -27,18 +27,6 @@ def kvcr_worker_env(slot, slot_count, hash_seed, proto_info=False):
     return _kvcr.worker_env(slot, slot_count, hash_seed, proto_info)
 
 
-def kvcr_host_worker_settings(host, hostvars):
-    """A KVCR host's worker settings (kv_transfer_config, env, extra_args) from its variables alone.
-
-    The same values the kvcr preflight exports as facts, so plays that do not run the preflight
-    (status.yml, verify.yml) can still template a dynamo_workers list that refers to them.
-    """
-    try:
-        return _kvcr.host_worker_settings(hostvars[host])
-    except (KeyError, ValueError) as exc:
-        raise AnsibleFilterError("kvcr_host_worker_settings(%s): %s" % (host, exc)) from exc
-
-
 def kvcr_service_argv(python, options):
     """argv of ``python -m kvcr.kvcr_service``."""
     try:
@@ -155,7 +143,6 @@ class FilterModule:
             "kvcr_kv_transfer_config": kvcr_kv_transfer_config,
             "kvcr_worker_env": kvcr_worker_env,
             "kvcr_service_argv": kvcr_service_argv,
-            "kvcr_host_worker_settings": kvcr_host_worker_settings,
             "kvcr_members": kvcr_members,
             "kvcr_router_modes": kvcr_router_modes,
             "kvcr_deployment_errors": kvcr_deployment_errors,

@@ -240,3 +240,33 @@ def test_render_process_local(tmp_path):
     assert '"unix"' not in bond_b and '"http"' not in bond_b and '"env"' in bond_b
     tier = json.loads(read(out, "gpu-a", "worker.json"))["kv"]["kv_connector_extra_config"]["secondary_tiers"][0]
     assert tier["secondary_g2_slots"] == 1024 and "kvcr_service_socket_path" not in tier
+
+
+WITHOUT_PREFLIGHT = """
+- name: Read the worker lists without the kvcr preflight (as status.yml and verify.yml do)
+  hosts: gpu-a
+  gather_facts: false
+  tasks:
+    - name: Dump every KVCR host's worker list, read through hostvars
+      ansible.builtin.copy:
+        content: "{{ dict(groups['kvcr'] | zip(groups['kvcr'] | map('extract', hostvars, 'dynamo_workers'))) | to_json }}"
+        dest: "{{ out }}"
+        mode: "0644"
+      delegate_to: localhost
+"""
+
+
+def test_worker_list_templates_without_the_preflight(tmp_path):
+    # status.yml / verify.yml used to fail: 'kvcr_worker_kv_transfer_config' is undefined
+    play = tmp_path / "read.yml"
+    play.write_text(WITHOUT_PREFLIGHT)
+    out = tmp_path / "workers.json"
+    proc = playbook(tmp_path, inventory_copy(tmp_path), play, "-e", "out=%s" % out)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    workers = json.loads(out.read_text())
+    wb = workers["gpu-b"][0]
+    tier = wb["kv_transfer_config"]["kv_connector_extra_config"]["secondary_tiers"][0]
+    assert tier["control_advertise_host"] == "10.0.1.12" and tier["compatibility_digest"] == "qwen3-0.6b-example-v1"
+    assert wb["env"]["KVCR_CACHE_SLOT"] == "1" and wb["extra_args"][0] == "--kv-events-config"
+    owner_a = workers["gpu-a"][0]["kv_transfer_config"]["kv_connector_extra_config"]["dynamo_state_agent"]["cache_owner_ids"]["0"]
+    assert owner_a.endswith("/" + "0" * 32)

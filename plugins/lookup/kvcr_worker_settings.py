@@ -1,0 +1,64 @@
+# -*- coding: utf-8 -*-
+# Copyright: contributors to kvshare.dynamo
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+name: kvcr_worker_settings
+short_description: A KVCR host's worker settings from its own variables (no kvcr preflight needed)
+description:
+  - Returns the parts of the KVCR worker that the kvcr preflight exports as facts
+    (V(kv_transfer_config), V(env), V(extra_args)), derived from the current host's variables with
+    the kvcr role's defaults for what is unset. For the inventory's C(group_vars/kvcr.yml), so that
+    plays which never run the preflight (status.yml, verify.yml) can template C(dynamo_workers).
+  - A lookup, not a filter, because it must read the host's variables also where C(hostvars) is not
+    defined (another host's C(dynamo_workers) read through C(hostvars)).
+version_added: "0.1.0"
+author:
+  - kvshare.dynamo contributors
+options:
+  _terms:
+    description: Which part, V(kv_transfer_config), V(env) or V(extra_args).
+    required: true
+"""
+
+EXAMPLES = r"""
+kvcr_worker_kv_transfer_config: "{{ lookup('kvshare.dynamo.kvcr_worker_settings', 'kv_transfer_config') }}"
+"""
+
+RETURN = r"""
+_raw:
+  description: The requested part (a mapping or a list).
+  type: raw
+"""
+
+from ansible.errors import AnsibleLookupError
+from ansible.plugins.lookup import LookupBase
+
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
+
+# The variables host_worker_settings reads; role defaults stand in for the unset kvcr_* ones.
+NAMES = tuple(kvcr.HOST_DEFAULTS) + ("kvcr_cache_slot", "kvcr_advertise_host", "kvshare_bind_address",
+                                     "ansible_facts", "ansible_default_ipv4")
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        variables = variables or {}
+        host_vars = {}
+        for name in NAMES:
+            if name in variables:
+                host_vars[name] = self._templar.template(variables[name])
+        try:
+            settings = kvcr.host_worker_settings(host_vars)
+        except (KeyError, ValueError) as exc:
+            raise AnsibleLookupError("kvcr_worker_settings: %s" % exc)
+        out = []
+        for term in terms:
+            if term not in settings:
+                raise AnsibleLookupError("kvcr_worker_settings: unknown part %r (kv_transfer_config, env, extra_args)" % term)
+            out.append(settings[term])
+        return out
