@@ -10,8 +10,9 @@ fails even where it catches the error) when the run could connect to a host that
   connection local);
 - anything else is resolved as Ansible would resolve it: ``ansible-inventory --list`` with the run's
   own inventories, ``--limit`` and extra vars, in its working directory and environment (so
-  ansible.cfg's default inventory counts too). Every host whose connection is not ``local`` must have
-  an ``ansible_host`` (else its inventory name) that is a loopback address or ``localhost``.
+  ansible.cfg's default inventory counts too). Every host whose connection leaves this machine (not
+  ``local``, podman, docker or chroot) must have an ``ansible_host`` (else its inventory name) that
+  is a loopback address or ``localhost``.
 
 Names are not resolved (a lookup is already traffic): a name other than ``localhost`` is refused.
 Sockets the test process opens itself are checked by ``check_connect`` (see conftest.py).
@@ -26,7 +27,10 @@ import subprocess
 
 GUARDED = ("ansible-playbook", "ansible")
 NO_CONNECTION_FLAGS = ("--syntax-check", "--list-tasks", "--list-hosts", "--list-tags", "--version")
-LOCAL_CONNECTIONS = ("local", "ansible.builtin.local")
+# Connections that stay on this machine (no network): local, and containers reached through their runtime.
+LOCAL_CONNECTIONS = ("local", "ansible.builtin.local", "containers.podman.podman", "podman",
+                     "community.docker.docker", "community.docker.docker_api", "docker",
+                     "community.general.chroot", "chroot")
 TRUE_TEXT = ("1", "true", "yes", "on", "y", "t")
 
 

@@ -51,12 +51,13 @@ def test_runs_that_connect_nowhere_are_not_resolved():
 @needs_ansible
 def test_non_loopback_hosts_are_refused(tmp_path):
     inv = inventory(tmp_path, {"a": {"ansible_host": "127.0.10.1"}, "b": {"ansible_host": "192.0.2.1"},
-                               "c": {"ansible_host": "10.0.1.11", "ansible_connection": "local"}, "gpu-node-1": None})
+                               "c": {"ansible_host": "10.0.1.11", "ansible_connection": "local"}, "gpu-node-1": None,
+                               "kvh-maru": {"ansible_connection": "containers.podman.podman"}})
     found = guard.violations([PLAYBOOK, "-i", inv, "site.yml"])
     assert found == ["b: ansible_host 192.0.2.1 over ssh is not loopback",
                      "gpu-node-1: ansible_host gpu-node-1 over ssh is not loopback"]
     # --limit narrows what is checked, the offline flag outside validate.yml does not count
-    assert guard.violations([PLAYBOOK, "-i", inv, "site.yml", "--limit", "a,c"]) == []
+    assert guard.violations([PLAYBOOK, "-i", inv, "site.yml", "--limit", "a,c,kvh-maru"]) == []
     assert len(guard.violations([PLAYBOOK, "-i", inv, "site.yml", "-e", "kvshare_validate_offline=true"])) == 2
     # --connection local keeps every host on this machine
     assert guard.violations([PLAYBOOK, "-i", inv, "site.yml", "-c", "local"]) == []
