@@ -1,14 +1,24 @@
-"""KVCR memory-service variant on two podman systemd containers (CPU only), through site.yml.
+"""KVCR memory-service variant on two podman systemd containers (CPU only), end to end.
 
-Only with KVSHARE_INTEGRATION=1 (needs podman, the image localhost/kvshare-sandbox:bookworm, the
-sandbox wheelhouse plus kvcr 0.1.1 / nixl 1.5.0 / nixl-cu12 1.5.0 wheels in $KVH_KVCR_DIR/wheelhouse,
-and 127.0.40.1-2 free). Creates kvh-kvcr-1/2, runs site.yml twice (the second run must change
-nothing), runs checks.yml (systemd-analyze verify, socket, pool, state agent in etcd, worker kill,
-BindsTo=), removes the containers. The vLLM side of KVCR needs CUDA: a dynamo.mocker stands in.
+Only with KVSHARE_INTEGRATION=1 (needs podman, the image localhost/kvshare-sandbox:bookworm, and in
+$KVH_KVCR_DIR (default /var/tmp/kvshare-k) a wheelhouse with the sandbox wheels plus kvcr 0.1.1 /
+nixl 1.5.0 / nixl-cu12 1.5.0 and models/tiny-llama; 127.0.13.1-2 free). Creates kvshare-k-1/2 and:
+  site.yml twice (the second run must change nothing), checks.yml (systemd-analyze verify, socket,
+  pool, state agent in etcd, worker kill, BindsTo=);
+  standin.yml: the KVCR worker test double (tests/doubles/kvcr_engine) replaces the dynamo.mocker;
+  playbooks/guard_recovery.yml: hold, SIGKILL of the engine process only, memory service same PID,
+  real Guard promotion in the real kvcr-service's journal, resend answered identically by the
+  target, hold released, source worker ready again (the vLLM KVCR counters are the double's);
+  supervision.yml: agent crash restarts worker 0 (PartOf=), the health timer restarts a hung agent
+  and a memory service that lost its socket;
+  playbooks/status.yml and playbooks/verify.yml on this KVCR topology;
+  playbooks/teardown.yml, then after_teardown.yml (no KVCR unit runs, data kept);
+then removes the containers (unless KVH_KVCR_KEEP=1). Prints the time of every step.
 """
 import os
 import re
 import subprocess
+import time
 
 import pytest
 
@@ -19,12 +29,22 @@ VENV_BIN = os.path.join(REPO, ".venv", "bin")
 pytestmark = pytest.mark.skipif(os.environ.get("KVSHARE_INTEGRATION") != "1",
                                 reason="set KVSHARE_INTEGRATION=1 to run the podman integration test")
 
+TIMES = []
 
-def playbook(path):
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
-               PATH=VENV_BIN + os.pathsep + os.environ["PATH"])
-    return subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(HERE, "inventory.yml"), path],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+
+def playbook(path, *extra):
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_NOCOLOR="1",
+               PATH=VENV_BIN + os.pathsep + os.environ["PATH"],
+               KVSHARE_VERIFY_REPORT=os.path.join(os.environ.get("KVH_KVCR_DIR", "/var/tmp/kvshare-k"), "verify.json"))
+    t0 = time.monotonic()
+    proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(HERE, "inventory.yml"), path]
+                          + list(extra), cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    TIMES.append((os.path.relpath(path, REPO), time.monotonic() - t0, proc.returncode))
+    log = os.environ.get("KVH_KVCR_LOG")
+    if log:
+        with open(log, "a") as handle:
+            handle.write("==== %s rc=%s\n%s\n%s\n" % (path, proc.returncode, proc.stdout, proc.stderr))
+    return proc
 
 
 def recap(out):
@@ -34,16 +54,47 @@ def recap(out):
     return found
 
 
+def ok(proc):
+    assert proc.returncode == 0, proc.stdout[-8000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
 def test_memory_service_variant_on_cpu():
+    pb = os.path.join(REPO, "playbooks")
     try:
-        assert playbook(os.path.join(HERE, "create.yml")).returncode == 0
-        first = playbook(os.path.join(REPO, "site.yml"))
-        assert first.returncode == 0, first.stdout[-6000:]
-        second = playbook(os.path.join(REPO, "site.yml"))
-        assert second.returncode == 0, second.stdout[-6000:]
-        assert all(r["changed"] == 0 for r in recap(second.stdout).values()), second.stdout[-6000:]
-        checks = playbook(os.path.join(HERE, "checks.yml"))
-        assert checks.returncode == 0, checks.stdout[-6000:]
-        assert "NRestarts 0 -> 0" in checks.stdout
+        ok(playbook(os.path.join(HERE, "create.yml")))
+        ok(playbook(os.path.join(REPO, "site.yml")))
+        second = ok(playbook(os.path.join(REPO, "site.yml")))
+        assert all(r["changed"] == 0 for r in recap(second).values()), second[-6000:]
+        assert "NRestarts 0 -> 0" in ok(playbook(os.path.join(HERE, "checks.yml")))
+
+        ok(playbook(os.path.join(HERE, "standin.yml")))
+        guard = ok(playbook(os.path.join(pb, "guard_recovery.yml")))
+        # source and target told apart by the (double's) counters, identical answer after the kill
+        assert re.search(r"source kvh\d \(engine killed, restart held\), target kvh\d", guard), guard[-6000:]
+        assert "identical answer: True" in guard
+        for task in ("Kill the source engine (VLLM::EngineCore in the worker's cgroup only)",
+                     "Check that the memory service neither stopped nor restarted",
+                     "Wait for the Guard promotion in the memory service journal",
+                     "Resend; require the same answer and remote delivery on the target",
+                     "Release the hold", "Wait until the source worker is ready again"):
+            assert "TASK [%s]" % task in guard, task
+        assert not re.search(r"failed=[1-9]", guard)
+
+        sup = ok(playbook(os.path.join(HERE, "supervision.yml")))
+        assert "restarted after 3 failed probes" in sup, sup[-4000:]
+
+        status = ok(playbook(os.path.join(pb, "status.yml")))
+        assert "dynamo-worker@kvcr.service" in status and "kvcr_worker_kv_transfer_config" not in status
+        ok(playbook(os.path.join(pb, "verify.yml")))
+
+        ok(playbook(os.path.join(pb, "teardown.yml")))
+        ok(playbook(os.path.join(HERE, "after_teardown.yml")))
     finally:
-        playbook(os.path.join(HERE, "destroy.yml"))
+        # KVH_KVCR_KEEP=1 keeps the hosts (rerun single playbooks against them while debugging).
+        if os.environ.get("KVH_KVCR_KEEP") != "1":
+            playbook(os.path.join(HERE, "destroy.yml"))
+        print("\nstep times:")
+        for name, secs, rc in TIMES:
+            print("  %-45s %6.1f s  rc=%s" % (name, secs, rc))
+        print("  %-45s %6.1f s" % ("total", sum(t for _, t, _ in TIMES)))
