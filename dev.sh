@@ -10,6 +10,9 @@ cd "$(dirname "$0")"
 REPO=$PWD
 VENV=${KVSHARE_VENV:-$REPO/.venv}
 export KVSHARE_SANDBOX_DIR=${KVSHARE_SANDBOX_DIR:-/var/tmp/kvshare-sandbox}
+# Upstream sources CI cannot fetch (the Maru archive at the pinned commit): shared/ beside the checkout.
+KVSHARE_UPSTREAM_DIR=${KVSHARE_UPSTREAM_DIR:-$REPO/../shared/upstream}
+export KVSHARE_UPSTREAM_DIR=$(cd "$KVSHARE_UPSTREAM_DIR" 2>/dev/null && pwd || echo "$KVSHARE_UPSTREAM_DIR")
 export PATH="$VENV/bin:$PATH"
 export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
 

@@ -23,6 +23,12 @@ REPO = os.path.dirname(HERE)
 # KVSHARE_WHEELHOUSE_STEPS: another YAML file with dynamo_runtime_pip_steps (e.g. a sandbox copy's
 # pins); its recipe stamp is kept apart so several step files can fill one wheelhouse.
 STEPS_FILE = os.environ.get("KVSHARE_WHEELHOUSE_STEPS") or os.path.join(REPO, "inventories", "sandbox", "group_vars", "dynamo.yml")
+# Upstream sources this machine cannot fetch (the Maru archive), mounted where the hosts see them:
+# a step may name one by direct reference ("maru @ file:///opt/kvshare/upstream/<archive>").
+UPSTREAM_DIR = os.path.abspath(os.environ.get("KVSHARE_UPSTREAM_DIR") or os.path.join(REPO, "..", "shared", "upstream"))
+UPSTREAM_MOUNT = "/opt/kvshare/upstream"
+# Build backends pip needs on the hosts to build such a direct reference offline.
+BUILD_BACKENDS = ["setuptools>=61.0", "wheel"]
 SHIM_NAME = "kvshare-sandbox-cpu-shims"
 SHIM_VERSION = "1.0.0"
 
@@ -66,7 +72,7 @@ def main():
     image = os.environ.get("KVSHARE_SANDBOX_IMAGE", "localhost/kvshare-sandbox:bookworm")
     image_id = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
                               check=True, capture_output=True, text=True).stdout.strip()
-    recipe = hashlib.sha256(json.dumps(steps, sort_keys=True).encode() + image_id.encode()
+    recipe = hashlib.sha256(json.dumps([steps, BUILD_BACKENDS], sort_keys=True).encode() + image_id.encode()
                             + open(os.path.join(HERE, "cpu-shims", "_tv_cpu_shim.py"), "rb").read()).hexdigest()[:16]
     stamp = os.path.join(dest, ".kvshare-recipe" + ("-" + os.path.basename(STEPS_FILE)
                                                     if os.environ.get("KVSHARE_WHEELHOUSE_STEPS") else ""))
@@ -74,7 +80,9 @@ def main():
         print(f"wheelhouse {dest} is current (recipe {recipe})")
         return 0
     build_shim_wheel(dest)
-    with_deps = [p for s in steps if not s.get("no_deps") for p in s["packages"] if not p.startswith(SHIM_NAME)]
+    with_deps = [p for s in steps if not s.get("no_deps") and not s.get("ignore_requires_python")
+                 for p in s["packages"] if not p.startswith(SHIM_NAME)]
+    ignore_python = [p for s in steps if s.get("ignore_requires_python") for p in s["packages"]]
     no_deps = [p for s in steps if s.get("no_deps") for p in s["packages"]]
     run = ["podman", "run", "--rm", "--runtime", "runc", "--network", "host",
            "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "-v", f"{dest}:/wheelhouse"]
@@ -82,6 +90,8 @@ def main():
     cache = os.path.expanduser("~/.cache/pip")
     os.makedirs(cache, exist_ok=True)
     run += ["-v", f"{cache}:/root/.cache/pip"]
+    if os.path.isdir(UPSTREAM_DIR):
+        run += ["-v", f"{UPSTREAM_DIR}:{UPSTREAM_MOUNT}:ro"]
     # The machine's CA bundle and local wheel directory (torch's CPU build), where they exist.
     if os.path.exists("/etc/ssl/certs/ca-certificates.crt"):
         run += ["-v", "/etc/ssl/certs/ca-certificates.crt:/etc/ssl/certs/controller-ca.crt:ro"]
@@ -95,7 +105,12 @@ def main():
     script = 'python3 -m venv /tmp/pip-venv >/dev/null && exec /tmp/pip-venv/bin/pip "$@"'
     pip = run + [image, "bash", "-c", script, "pip"]
     # `pip wheel` also builds wheels for sdist-only dependencies: the hosts have no compiler.
-    subprocess.run(pip + ["wheel", "--quiet", "--wheel-dir", "/wheelhouse"] + find_links + with_deps, check=True)
+    subprocess.run(pip + ["wheel", "--quiet", "--wheel-dir", "/wheelhouse"] + find_links + with_deps + BUILD_BACKENDS,
+                   check=True)
+    # Steps that opt in (Maru declares Python 3.12; the hosts run 3.11), with their dependencies.
+    if ignore_python:
+        subprocess.run(pip + ["wheel", "--quiet", "--ignore-requires-python", "--wheel-dir", "/wheelhouse"] + find_links
+                       + ignore_python, check=True)
     if no_deps:
         subprocess.run(pip + ["download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", "/wheelhouse"]
                        + no_deps, check=True)

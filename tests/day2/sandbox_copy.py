@@ -67,6 +67,7 @@ def make_copy(base=DAY2_DIR, extra_workers=None, extra_host=False):
     with open(hosts) as handle:
         inv = yaml.safe_load(handle.read().replace(SUBNET_FROM, SUBNET_TO))
     assert inv["all"]["children"]["sandbox"]["hosts"]["sb1"]["kvshare_bind_address"].startswith(SUBNET_TO)
+    inv["all"]["children"]["maru_pool"]["hosts"] = {}
     if extra_host:
         inv["all"]["children"]["sandbox"]["hosts"]["sb4"] = {"kvshare_bind_address": SUBNET_TO + "4"}
         inv["all"]["children"]["dynamo"]["children"]["dynamo_workers"]["hosts"]["sb4"] = None
@@ -82,20 +83,24 @@ def make_copy(base=DAY2_DIR, extra_workers=None, extra_host=False):
     with open(os.path.join(gv, "sandbox.yml")) as handle:
         volumes = yaml.safe_load(handle)["sandbox_volumes"]
     for vol in volumes:
-        if vol["path"] in ("/srv/kvshare/kvpool", "/opt/kvshare/wheelhouse"):
+        if vol["path"] == "/opt/kvshare/wheelhouse":
             vol["host_path"] = base + "/" + os.path.basename(vol["path"])
     _update(os.path.join(gv, "sandbox.yml"), {
         "sandbox_container_name": CONTAINER_PREFIX + "{{ inventory_hostname }}",
         "sandbox_volumes": volumes,
-        "sandbox_maru_artifacts_dir": base + "/maru-artifacts",
+        "sandbox_fsdax_dir": base + "/fakecxl",
     })
-    _update(os.path.join(gv, "maru_pool.yml"), {"maru_pool_artifacts_dir": base + "/maru-artifacts"})
     _update(os.path.join(gv, "dynamo.yml"), {"dynamo_runtime_pip_steps": pins(BASE_VERSION),
                                              "dynamo_runtime_pip_remove": []})
-    # sb2: two mockers on one GPU (a GPU group: they start one after the other) instead of vLLM.
+    # sb2: two mockers on one GPU (a GPU group: they start one after the other) instead of vLLM,
+    # and no vLLM on sb3: mockers need no KV pool, so the copy has none (maru_pool emptied above).
+    pool_vars = ("dynamo_worker_requires", "dynamo_worker_read_write_paths", "sandbox_forced_overrides")
     _update(os.path.join(dest, "host_vars", "sb2.yml"),
             {"dynamo_workers": [mocker("mock-c", "0", 1), mocker("mock-d", "0", 2)]},
-            drop=("dynamo_runtime_check_modules", "dynamo_worker_env"))
+            drop=("dynamo_runtime_check_modules", "dynamo_worker_env") + pool_vars)
+    with open(os.path.join(dest, "host_vars", "sb3.yml")) as handle:
+        sb3 = [w for w in yaml.safe_load(handle)["dynamo_workers"] if w["engine"] == "mocker"]
+    _update(os.path.join(dest, "host_vars", "sb3.yml"), {"dynamo_workers": sb3}, drop=("dynamo_worker_env",) + pool_vars)
     for host, extra in (extra_workers or {}).items():
         path = os.path.join(dest, "host_vars", "%s.yml" % host)
         with open(path) as handle:

@@ -48,7 +48,8 @@ def _render(value, hostname=None):
 
 
 _SB = HOSTVARS[group("sandbox")[0]]
-POOL_HOST_DIR = _render(next(v["host_path"] for v in _SB["sandbox_volumes"] if v["path"] == "/srv/kvshare/kvpool"))
+# The Maru pool's FS_DAX mount as this machine sees it (sandbox/fake-fsdax.sh): its allocation files.
+POOL_HOST_DIR = _render(_SB.get("sandbox_fsdax_dir", "{{ sandbox_dir }}/fakecxl")) + "/pmem0"
 PKI_DIR = _render(_SB["etcd_pki_dir"])
 SENTINEL_KEY = "kvshare/faults/sentinel"
 MARU_SECRET = "/var/lib/maru-resourced/secret"

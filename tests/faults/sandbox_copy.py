@@ -2,8 +2,8 @@
 
 inventories/sandbox is copied into KVSHARE_FAULTS_DIR (default /var/tmp/kvshare-sandbox-f, outside
 the repository) with hosts on 127.0.11.N instead of 127.0.10.N, containers kvshare-f-sb1..3, its own
-kvpool directory, etcd PKI and Maru test-double artifacts. The wheelhouse, the model and the SSH key
-of the main sandbox (KVSHARE_SANDBOX_DIR) are reused read-only.
+fake FS_DAX pool (KVSHARE_FAULTS_DIR/fakecxl) and etcd PKI. The wheelhouse, the model, the upstream
+sources and the SSH key of the main sandbox (KVSHARE_SANDBOX_DIR) are reused read-only.
 
     python tests/faults/sandbox_copy.py            # writes the copy, prints its inventory path
 """
@@ -40,6 +40,13 @@ def make_copy(base=FAULTS_DIR):
     assert SUBNET_FROM in text, "inventories/sandbox no longer uses %s*" % SUBNET_FROM
     with open(hosts, "w") as handle:
         handle.write(text.replace(SUBNET_FROM, SUBNET_TO))
+    # Addresses written in host_vars (the Maru server URL of the workers) move with the hosts.
+    hv = os.path.join(dest, "host_vars")
+    for name in os.listdir(hv):
+        with open(os.path.join(hv, name)) as handle:
+            text = handle.read()
+        with open(os.path.join(hv, name), "w") as handle:
+            handle.write(text.replace(SUBNET_FROM, SUBNET_TO))
     gv = os.path.join(dest, "group_vars")
     _update(os.path.join(gv, "all.yml"), {
         "etcd_pki_dir": base + "/pki/{{ etcd_cluster_name | default('kvshare') }}",
@@ -47,17 +54,10 @@ def make_copy(base=FAULTS_DIR):
         # The etcd client proxies listen on the copy's addresses (see inventories/sandbox).
         "etcd_cert_extra_sans": ["IP:" + SUBNET_TO + str(n) for n in (1, 2, 3)],
     })
-    with open(os.path.join(gv, "sandbox.yml")) as handle:
-        volumes = yaml.safe_load(handle)["sandbox_volumes"]
-    for vol in volumes:
-        if vol["path"] == "/srv/kvshare/kvpool":
-            vol["host_path"] = base + "/kvpool"
     _update(os.path.join(gv, "sandbox.yml"), {
         "sandbox_container_name": CONTAINER_PREFIX + "{{ inventory_hostname }}",
-        "sandbox_volumes": volumes,
-        "sandbox_maru_artifacts_dir": base + "/maru-artifacts",
+        "sandbox_fsdax_dir": base + "/fakecxl",
     })
-    _update(os.path.join(gv, "maru_pool.yml"), {"maru_pool_artifacts_dir": base + "/maru-artifacts"})
     return dest
 
 

@@ -70,7 +70,8 @@ def test_secrets_never_printed_and_files_private(stack, record):
         expect += [(h, "/etc/kvshare/etcd/client-key.pem", "root"), (h, "/etc/kvshare/etcd/client.env", "root")]
     for h in F.group("dynamo_workers"):
         expect.append((h, "/etc/dynamo/workers/.secrets.env", "root"))
-    expect.append((pool, F.MARU_SECRET, "root"))
+    # The resource manager writes its secret as its own account (the workers' one on FS_DAX).
+    expect.append((pool, F.MARU_SECRET, F.HOSTVARS[pool].get("maru_pool_rm_user", "root")))
     bad = []
     for h, path, owner in expect:
         got = F.sh(h, "stat -c '%%a %%U' %s" % path).strip()
