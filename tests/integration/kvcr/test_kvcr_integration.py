@@ -86,6 +86,8 @@ def test_memory_service_variant_on_cpu():
 
         status = ok(playbook(os.path.join(pb, "status.yml")))
         assert "dynamo-worker@kvcr.service" in status and "kvcr_worker_kv_transfer_config" not in status
+        assert re.search(r"kvh1\s+kvcr-state-agent\.service\s+active", status), status[-3000:]
+        assert re.search(r"kvh2\s+kvcr-service\.service\s+active", status), status[-3000:]
         ok(playbook(os.path.join(pb, "verify.yml")))
 
         ok(playbook(os.path.join(pb, "teardown.yml")))
