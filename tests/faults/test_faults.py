@@ -340,6 +340,11 @@ def test_fault_10_teardown_then_rollout(stack, record):
     for m in F.group("etcd"):
         assert F.unit_state(m, "etcd") == "inactive"
         assert F.sh(m, "test -d /var/lib/etcd/kvshare/member && echo kept").strip() == "kept"
+    # The Maru pool stops too, and keeps its resource manager's state (the secret is checked below).
+    for p in F.group("maru_pool"):
+        for unit in ("maru-server", "maru-resource-manager"):
+            assert F.unit_state(p, unit) in F.STOPPED, unit
+        assert F.sh(p, "test -f %s && echo kept" % F.MARU_SECRET).strip() == "kept"
     t0 = time.monotonic()
     res, _ = F.playbook("site.yml")
     assert res.returncode == 0, res.stdout[-4000:]

@@ -1,0 +1,103 @@
+"""The pool is real upstream Maru (resource manager + maru-server at the pinned commit) on the fake
+FS_DAX pool, its workers follow it (systemd), and B's answer really comes from the pool's data."""
+import base64
+import importlib.util
+import json
+import os
+import re
+import sys
+
+from conftest import REPO, address, completion, group, instance_of, wait_for, workers
+
+POOL = group("maru_pool")[0]
+SERVER = "tcp://%s:5555" % address(POOL)
+MOUNT = "/mnt/maru-fsdax/pmem0"
+VENV_PY = "/opt/dynamo/venvs/current/bin/python"
+
+
+def _maru_workers():
+    return [(h, w) for h, w in workers() if (w.get("kv_transfer_config") or {}).get("kv_connector") == "MaruKVConnector"]
+
+
+def test_resource_manager_serves_one_fsdax_pool(hosts):
+    out = hosts[POOL].check_output("maru_test_client -H %s -p 9850 stats" % address(POOL))
+    assert re.search(r"Pools:\s*1\b", out), out
+    assert "FS_DAX" in out and MOUNT in out, out
+
+
+def test_pool_files_belong_to_the_workers_account(hosts):
+    h = hosts[POOL]
+    assert h.check_output("systemctl show -p User --value maru-resource-manager") == "dynamo"
+    files = h.check_output("stat -c '%%U %%a %%n' %s/maru_*.dat" % MOUNT).splitlines()
+    assert files and all(line.startswith("dynamo 600 ") for line in files), files
+
+
+def test_connector_layout_against_vllm_in_the_worker_venv(hosts):
+    """tests/unit/test_kvshare_maru_connector.py, run where vLLM 0.31 (CPU) and Maru are installed."""
+    h = hosts[POOL]
+    src = open(os.path.join(REPO, "tests", "unit", "test_kvshare_maru_connector.py"), "rb").read()
+    h.check_output("echo %s | base64 -d > /root/test_kvshare_maru_connector.py" % base64.b64encode(src).decode())
+    res = h.run("cd /root && %s test_kvshare_maru_connector.py" % VENV_PY)
+    assert res.rc == 0 and "5 passed, 0 failed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
+
+
+def test_workers_wait_for_the_pool_and_local_ones_follow_its_restarts(hosts):
+    maru = _maru_workers()
+    assert {h for h, _ in maru} == {POOL, "sb3"}, maru
+    local = [w["name"] for h, w in maru if h == POOL]
+    for host, w in maru:
+        unit = "dynamo-worker@%s" % w["name"]
+        pre = hosts[host].check_output("systemctl show -p ExecStartPre --value %s" % unit)
+        assert "kvshare_maru_connector wait %s" % SERVER in pre.replace(" ;", "").replace("argv[]=", ""), pre
+        part_of = hosts[host].check_output("systemctl show -p PartOf --value %s" % unit).split()
+        assert ("maru-server.service" in part_of) == (host == POOL), (host, part_of)
+    h = hosts[POOL]
+    pids = {n: h.check_output("systemctl show -p MainPID --value dynamo-worker@%s" % n) for n in local}
+    h.check_output("systemctl restart maru-server")
+    # maru-server keeps KV metadata in memory only: the workers on its host restart with it.
+    wait_for(lambda: all(h.check_output("systemctl show -p MainPID --value dynamo-worker@%s" % n) not in ("0", pids[n])
+                         for n in local), timeout=60, what="the workers to restart with maru-server")
+    for name in local:
+        worker = next(w for hh, w in maru if hh == POOL and w["name"] == name)
+        wait_for(lambda: (ids := instance_of(POOL, worker)) and completion(worker, ids[0])[0] == 200,
+                 timeout=400, interval=1, what="%s to serve again" % name)
+
+
+def _kv_share_check():
+    # The module imports the collection by its FQCN: collections/ links to this checkout.
+    if os.path.join(REPO, "collections") not in sys.path:
+        sys.path.insert(0, os.path.join(REPO, "collections"))
+    path = os.path.join(REPO, "plugins", "modules", "kv_share_check.py")
+    spec = importlib.util.spec_from_file_location("kv_share_check_module", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_negative_control_zeroed_pool_changes_b(hosts):
+    """A stores, the pool's files are zeroed, then B: B still loads from Maru (hits), but its answer
+    changes, so B's KV really came from the pool's memory (shared/docs/maru_real.md's control)."""
+    mod = _kv_share_check()
+    h = hosts[POOL]
+    (a_host, a), (b_host, b) = [(hh, w) for hh, w in _maru_workers() if hh == POOL][:2]
+
+    def stored():
+        usage = json.loads(h.check_output("%s -m kvshare_maru_connector usage %s" % (VENV_PY, SERVER)))
+        return mod.pool_bytes(usage, a["kv_transfer_config"]["kv_connector_extra_config"]["maru_instance_id"])
+
+    def zero_pool():
+        h.check_output("for f in %s/maru_*.dat; do dd if=/dev/zero of=$f bs=1M count=$(( $(stat -c %%s $f) / 1048576 ))"
+                       " conv=notrunc status=none; done" % MOUNT)
+
+    def target(host, w):
+        return {"name": "%s/%s" % (host, w["name"]), "engine": "vllm", "rpc_port": w["rpc_port"],
+                "system_url": "http://%s:%s" % (address(host), w["system_port"])}
+
+    report = mod.run_check("http://%s:8000" % address(group("dynamo_frontend")[0]), a["served_model_name"],
+                           target(a_host, a), target(b_host, b), max_tokens=16, request_timeout=120,
+                           store_bytes=stored, between=zero_pool)
+    assert report["store"]["error"] is None, report["store"]
+    assert report["b"]["hits"] >= report["prompt_tokens"] / 2, report["b"]
+    assert report["texts_identical"] is False, (report["request_a"], report["request_b"])
+    assert report["verdict"] == "failed"
+    assert any(c["name"] == "texts_identical" and c["ok"] is False for c in report["checks"])
