@@ -22,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import shlex
 import subprocess
 
@@ -150,8 +151,24 @@ def resolved_hosts(argv, cwd=None, env=None):
     for host in sorted(hosts):
         host_vars = dict(hostvars.get(host) or {})
         host_vars.update(dict((k, v) for k, v in extra.items() if k in ("ansible_host", "ansible_connection")))
-        out[host] = (str(host_vars.get("ansible_connection") or "ssh"), str(host_vars.get("ansible_host") or host))
+        out[host] = (str(host_vars.get("ansible_connection") or "ssh"),
+                     resolve_reference(str(host_vars.get("ansible_host") or host), host_vars))
     return out
+
+
+_REFERENCE = re.compile(r"^\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
+
+
+def resolve_reference(value, host_vars, depth=5):
+    """``ansible-inventory --list`` does not template: follow ``{{ name }}`` to the host's own
+    ``name`` (the sandbox says ansible_host: "{{ kvshare_bind_address }}"). Anything else stays as
+    written, and is then refused as not loopback."""
+    for _ in range(depth):
+        match = _REFERENCE.match(value.strip())
+        if not match or match.group(1) not in host_vars:
+            break
+        value = str(host_vars[match.group(1)])
+    return value
 
 
 def violations(argv, cwd=None, env=None):

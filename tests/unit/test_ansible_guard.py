@@ -98,3 +98,22 @@ def test_sockets_of_the_test_process_stay_on_loopback():
             sock.connect_ex(("10.0.0.1", 9))
     assert len(guard.RECORDED) == 2
     del guard.RECORDED[:]
+
+
+def test_a_self_reference_is_followed_and_anything_else_refused():
+    """ansible-inventory does not template: `{{ kvshare_bind_address }}` (the sandbox's ansible_host)
+    is read as the host's own variable; an expression it cannot follow stays and is refused."""
+    host_vars = {"kvshare_bind_address": "127.0.10.2", "alias": "{{ kvshare_bind_address }}", "lan": "192.0.2.9"}
+    assert guard.resolve_reference("{{ kvshare_bind_address }}", host_vars) == "127.0.10.2"
+    assert guard.resolve_reference("{{alias}}", host_vars) == "127.0.10.2"
+    assert guard.resolve_reference("{{ lan }}", host_vars) == "192.0.2.9"
+    assert guard.resolve_reference("{{ missing }}", host_vars) == "{{ missing }}"
+    assert not guard.is_loopback(guard.resolve_reference("{{ groups['x'][0] }}", host_vars))
+
+
+@needs_ansible
+def test_the_sandbox_inventory_resolves_to_loopback():
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    hosts = guard.resolved_hosts([PLAYBOOK, "-i", os.path.join(repo, "inventories", "sandbox"), "site.yml"], cwd=repo)
+    assert hosts and all(guard.is_loopback(address) for _, address in hosts.values()), hosts
+    assert guard.violations([PLAYBOOK, "-i", os.path.join(repo, "inventories", "sandbox"), "site.yml"], cwd=repo) == []
