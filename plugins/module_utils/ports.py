@@ -26,6 +26,8 @@ import re
 import socket
 import struct
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils.firewall import parse_port as _port_value
+
 __all__ = [
     "WILDCARDS",
     "parse_proc_net_tcp",
@@ -235,19 +237,6 @@ SERVICE_ROLES = tuple(sorted(set(item["role"] for item in SERVICE_PORTS)))
 
 _MISSING = object()
 _TRUE = ("1", "true", "yes", "on", "y", "t")
-
-
-def _port_value(value):
-    """An int in 1-65535 (ints or digit strings; bools refused), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        port = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        port = int(value.strip())
-    else:
-        return None
-    return port if 1 <= port <= 65535 else None
 
 
 def _truthy(value):
