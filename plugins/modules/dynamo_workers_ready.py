@@ -28,11 +28,6 @@ description:
     answers HTTP 200.
   - Instance ids exceed 2**53. They are returned as exact integers and as strings; do not pass
     them through tools that parse JSON numbers as doubles (jq 1.6).
-  - With O(unit_template), the module also watches each worker's systemd unit on the host it runs on
-    (NRestarts, ActiveState/SubState and the main process's exit, read with C(systemctl show)) in
-    every round, and stops waiting as soon as a worker has crashed O(max_crashes) times or its unit
-    has failed. With C(Restart=always) a crash-looping worker would otherwise be polled until O(timeout).
-    The failure names the worker, the unit, its state and last exit, and carries the unit's journal.
   - Stdlib only (urllib); environment proxies are ignored for these requests.
 version_added: "0.1.0"
 author:
@@ -65,27 +60,6 @@ options:
           - The worker's request-plane TCP port when pinned with C(DYN_TCP_RPC_PORT).
           - Optional cross-check of the metrics-based mapping (see description).
         type: int
-      unit:
-        description:
-          - The worker's systemd unit on the host the module runs on (overrides O(unit_template)).
-        type: str
-  unit_template:
-    description:
-      - The systemd unit of each worker, C({name}) replaced by the worker's name, e.g.
-        C(dynamo-worker@{name}.service). Units are read on the host the module runs on; a unit
-        systemd does not know there is not watched.
-      - Unset (and no O(workers[].unit)), no unit is watched.
-    type: str
-  max_crashes:
-    description:
-      - Stop waiting and fail as soon as a watched worker has crashed this many times (restarts
-        systemd made since the module started, plus a crash it has not restarted yet).
-    type: int
-    default: 2
-  journal_lines:
-    description: Journal lines of each watched worker that is not ready, returned and shown in the failure.
-    type: int
-    default: 40
   timeout:
     description: Overall deadline in seconds.
     type: float
@@ -190,21 +164,7 @@ workers:
           description: Request duration.
           type: float
     last_error:
-      description: Why the worker is not ready yet (mapping, registration, probe or a crashed unit), or null.
-      type: str
-    unit:
-      description: The watched systemd unit, or null.
-      type: str
-    unit_state:
-      description:
-        - The unit's last state (active_state, sub_state, n_restarts, crashes, last_exit, main_pid),
-          or null when no unit is watched or systemd does not know it.
-      type: dict
-    crashed:
-      description: Whether the unit crashed O(max_crashes) times or failed while the module waited.
-      type: bool
-    journal:
-      description: The last O(journal_lines) journal lines of a watched worker that is not ready, else null.
+      description: Why the worker is not ready yet (mapping, registration or probe), or null.
       type: str
 instance_ids:
   description: Map worker name -> instance id (int) for ready workers.
@@ -227,12 +187,7 @@ frontend_error:
   returned: always
   type: str
 not_ready:
-  description: Names of workers that were not ready at the deadline (or when the module stopped early).
-  returned: always
-  type: list
-  elements: str
-crashed:
-  description: Names of workers whose unit crashed O(max_crashes) times or failed; the module stopped waiting.
+  description: Names of workers that were not ready at the deadline.
   returned: always
   type: list
   elements: str
@@ -242,7 +197,6 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvshare.dynamo.plugins.module_utils import dynamo_http
-from ansible_collections.kvshare.dynamo.plugins.module_utils import units as unit_utils
 
 PROBE_PROMPT = "hi"
 
@@ -252,29 +206,11 @@ def _probe_payload(model, instance_id):
                                           temperature=0)
 
 
-def watch_units(states, read_unit, watches, max_crashes):
-    """Read the unit of every pending worker; mark those that crashed max_crashes times or failed."""
-    for st in states:
-        if st["ready"] or not st["unit"]:
-            continue
-        state = read_unit(st["unit"])
-        if state is None:
-            continue
-        crashes = watches.setdefault(st["name"], unit_utils.CrashWatch()).update(state)
-        st["unit_state"] = unit_utils.summary(state, crashes)
-        if crashes >= max_crashes or state["active_state"] == "failed":
-            st["crashed"] = True
-            st["last_error"] = unit_utils.describe(st["unit"], state, crashes)
-    return [s["name"] for s in states if s["crashed"]]
-
-
 def wait_for_workers(frontend_url, workers, timeout=300.0, interval=0.5, request_timeout=10.0,
-                     completion_probe=True, clock=time.monotonic, sleep=time.sleep,
-                     read_unit=None, max_crashes=2):
-    """Poll until every worker is ready, one crashed (its unit watched), or the deadline passes.
+                     completion_probe=True, clock=time.monotonic, sleep=time.sleep):
+    """Poll until every worker is ready or the deadline passes.
 
-    workers: list of dicts with name, model, system_url and optional rpc_port and unit.
-    read_unit: unit -> state (units.parse_show) or None; None: no unit is watched.
+    workers: list of dicts with name, model, system_url and optional rpc_port.
     Returns a dict with the module's result keys (without 'changed'/'failed'/'msg').
     """
     start = clock()
@@ -296,22 +232,12 @@ def wait_for_workers(frontend_url, workers, timeout=300.0, interval=0.5, request
             "probes": 0,
             "last_probe": None,
             "last_error": "not checked yet",
-            "unit": w.get("unit") if read_unit else None,
-            "unit_state": None,
-            "crashed": False,
-            "journal": None,
         })
     rounds = 0
-    watches = {}
-    crashed = []
     frontend_error = None
     completions_url = dynamo_http.join_url(frontend_url, "/v1/completions")
     while True:
         rounds += 1
-        if read_unit is not None:
-            crashed = watch_units(states, read_unit, watches, max_crashes)
-            if crashed:
-                break
         pending = [s for s in states if not s["ready"]]
         remaining = max(deadline - clock(), 0.0)
         rt = max(min(float(request_timeout), remaining), 0.5)
@@ -374,7 +300,6 @@ def wait_for_workers(frontend_url, workers, timeout=300.0, interval=0.5, request
         "elapsed_s": round(clock() - start, 3),
         "rounds": rounds,
         "not_ready": not_ready,
-        "crashed": crashed,
         "frontend_error": frontend_error,
     }
 
@@ -390,43 +315,11 @@ def failure_message(result, timeout):
                       if probe["status"] is not None else "no answer (%s)" % probe["error"])
         else:
             answer = "no probe sent"
-        part = ("%s (instance %s, registered=%s): %s; last probe answer: %s"
-                % (st["name"], st["instance_id_str"], st["registered"], st["last_error"], answer))
-        if st.get("unit_state") and not st.get("crashed"):
-            part += "; unit %s %s/%s, NRestarts %d" % (st["unit"], st["unit_state"]["active_state"],
-                                                      st["unit_state"]["sub_state"], st["unit_state"]["n_restarts"])
-        if st.get("journal"):
-            part += "\nlast journal lines of %s:\n%s" % (st["unit"], st["journal"].rstrip())
-        parts.append(part)
-    if result.get("crashed"):
-        return ("Dynamo worker(s) %s crash-looping: stopped waiting after %.1fs of %ss: %s"
-                % (", ".join(result["crashed"]), result["elapsed_s"], timeout, " | ".join(parts)))
+        parts.append("%s (instance %s, registered=%s): %s; last probe answer: %s"
+                     % (st["name"], st["instance_id_str"], st["registered"], st["last_error"],
+                        answer))
     return ("%d of %d Dynamo worker(s) not ready after %ss: %s"
             % (len(parts), len(result["workers"]), timeout, " | ".join(parts)))
-
-
-def unit_reader(module):
-    """unit -> state through systemctl on this host; None when systemd cannot be asked."""
-    systemctl = module.get_bin_path("systemctl")
-    if not systemctl:
-        return None
-
-    def read(unit):
-        rc, out, _err = module.run_command(unit_utils.show_argv(systemctl, unit))
-        return unit_utils.parse_show(out) if rc == 0 else None
-    return read
-
-
-def add_journals(module, result, lines):
-    """The last journal lines of every watched worker that is not ready."""
-    journalctl = module.get_bin_path("journalctl")
-    if not journalctl or lines <= 0:
-        return
-    for st in result["workers"]:
-        if st["ready"] or not st["unit"]:
-            continue
-        rc, out, err = module.run_command(unit_utils.journal_argv(journalctl, st["unit"], lines))
-        st["journal"] = out if rc == 0 else "journalctl failed (rc %d): %s" % (rc, err.strip())
 
 
 def main():
@@ -438,11 +331,7 @@ def main():
                 model=dict(type="str", required=True),
                 system_url=dict(type="str", required=True),
                 rpc_port=dict(type="int"),
-                unit=dict(type="str"),
             )),
-            unit_template=dict(type="str"),
-            max_crashes=dict(type="int", default=2),
-            journal_lines=dict(type="int", default=40),
             timeout=dict(type="float", default=300.0),
             interval=dict(type="float", default=0.5),
             request_timeout=dict(type="float", default=10.0),
@@ -463,20 +352,9 @@ def main():
     if len(set(names)) != len(names):
         module.fail_json(msg="worker names must be unique: %s" % ", ".join(names))
 
-    if p["max_crashes"] < 1:
-        module.fail_json(msg="max_crashes must be >= 1, got %s" % p["max_crashes"])
-    read_unit = None
-    if p["unit_template"] or any(w.get("unit") for w in p["workers"]):
-        for w in p["workers"]:
-            if not w.get("unit") and p["unit_template"]:
-                w["unit"] = p["unit_template"].replace("{name}", w["name"])
-        read_unit = unit_reader(module)
-
     result = wait_for_workers(p["frontend_url"], p["workers"], p["timeout"], p["interval"],
-                              p["request_timeout"], p["completion_probe"], read_unit=read_unit,
-                              max_crashes=p["max_crashes"])
+                              p["request_timeout"], p["completion_probe"])
     if result["not_ready"]:
-        add_journals(module, result, p["journal_lines"])
         module.fail_json(msg=failure_message(result, p["timeout"]), changed=False, **result)
     module.exit_json(changed=False, **result)
 
