@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Developer entry point for kvshare.dynamo (run as root on Debian 12).
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
-#   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule,
-#                      the fault suite
-#              (molecule keeps its hosts for the fault suite, tests/faults, then removes them)
-# Other targets: bootstrap, lint, unit, build, molecule, verify, bench (after sandbox), faults, day2, destroy.
+#   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule
+#                      (create, converge, idempotence, verify, then the hosts are removed)
+# Other targets: bootstrap, lint, unit, build, molecule, verify, bench (after sandbox), faults (own
+# sandbox copy), faults-here (on the molecule hosts, after `molecule converge`), day2, destroy.
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$PWD
@@ -128,6 +128,7 @@ case "${1:-}" in
   verify) ansible-playbook verify.yml ;;
   bench) bootstrap; python bench/bench.py "${@:2}" ;;
   faults) bootstrap; faults "${@:2}" ;;
+  faults-here) bootstrap; faults_on_molecule_hosts ;;
   day2) bootstrap; day2 "${@:2}" ;;
   destroy) ansible-playbook sandbox/destroy.yml ;;
   lint) bootstrap; lint ;;
@@ -137,7 +138,9 @@ case "${1:-}" in
   test)
     bootstrap
     start=$(date +%s); results=(); logs=$(mktemp -d)
-    for step in lint unit build molecule_keep faults_on_molecule_hosts; do
+    # The fault suite (./dev.sh faults) is not in this list: with real Maru and three vLLM engines
+    # the whole run no longer fits CI's 45 minutes (docs/development.md).
+    for step in lint unit build molecule_keep; do
       t0=$(date +%s)
       if "$step" 2>&1 | tee "$logs/$step.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
         results+=("PASS $step ($(( $(date +%s) - t0 )) s)")
