@@ -335,38 +335,33 @@ def test_build_prompt_deterministic():
 
 # --- waiting for A's KV to land in the pool (store_probe) ----------------------------------------
 
-class Clock:
-    def __init__(self):
-        self.t = 0.0
-
-    def __call__(self):
-        return self.t
-
-    def sleep(self, s):
-        self.t += s
+def fake_time():
+    """(clock, sleep): a clock that only moves when slept on."""
+    now = [0.0]
+    return (lambda: now[0]), (lambda s: now.__setitem__(0, now[0] + s))
 
 
 def test_wait_stored_returns_once_the_bytes_grew_and_settled():
     readings = iter([100, 100, 300, 500, 500, 500])
-    clock = Clock()
-    value, waited, err = ksc.wait_stored(lambda: next(readings), 100, 30, clock, clock.sleep)
+    clock, sleep = fake_time()
+    value, waited, err = ksc.wait_stored(lambda: next(readings), 100, 30, clock, sleep)
     assert (value, err) == (500, None)
     assert waited == pytest.approx(0.8)  # 5 readings 0.2 s apart
 
 
 def test_wait_stored_times_out_when_nothing_lands():
-    clock = Clock()
-    value, waited, err = ksc.wait_stored(lambda: 100, 100, 2, clock, clock.sleep)
+    clock, sleep = fake_time()
+    value, waited, err = ksc.wait_stored(lambda: 100, 100, 2, clock, sleep)
     assert value == 100 and waited >= 2
     assert err == "no new bytes after 2.0 s (100 before, 100 now)"
 
 
 def test_wait_stored_reports_a_failing_probe():
-    clock = Clock()
+    clock, sleep = fake_time()
 
     def broken():
         raise RuntimeError("rc=1 connection refused")
-    _, _, err = ksc.wait_stored(broken, None, 1, clock, clock.sleep)
+    _, _, err = ksc.wait_stored(broken, None, 1, clock, sleep)
     assert err == "pool probe failed: rc=1 connection refused"
 
 
