@@ -109,11 +109,6 @@ def kv_share_pairs(hosts, hostvars, named_pairs=None):
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def worker_connector_modules(workers):
-    """kv_connector_module_path values named by the workers (see module_utils.workers)."""
-    return _workers.connector_modules(workers)
-
-
 def worker_maru_servers(workers):
     """Sorted maru-server URLs the host's MaruKVConnector workers use."""
     return sorted({url for url in (_workers.maru_server_url(w) for w in workers or []) if url})
@@ -174,6 +169,5 @@ class FilterModule:
             "kv_share_pairs": kv_share_pairs,
             "kv_share_table": kv_share_table,
             "ready_summary": ready_summary,
-            "worker_connector_modules": worker_connector_modules,
             "worker_maru_servers": worker_maru_servers,
         }

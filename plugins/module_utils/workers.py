@@ -361,21 +361,6 @@ def _maru_extra(worker):
     return extra if isinstance(extra, dict) else {}
 
 
-def connector_modules(workers):
-    """Sorted kv_connector_module_path values the workers name (where a connector sets one)."""
-    found = set()
-    for worker in workers or []:
-        if not isinstance(worker, dict) or worker.get("engine") == "mocker":
-            continue
-        try:
-            cfg = kv_transfer_config(worker)
-        except ValueError:
-            continue
-        if cfg and cfg.get("kv_connector_module_path"):
-            found.add(str(cfg["kv_connector_module_path"]))
-    return sorted(found)
-
-
 def maru_server_url(worker):
     """The maru-server URL of a MaruKVConnector worker (upstream's default when unset), else None."""
     extra = _maru_extra(worker)

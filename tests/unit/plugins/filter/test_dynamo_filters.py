@@ -172,11 +172,10 @@ def test_maru_pool_one_worker_per_host_pairs_across_hosts_only():
     assert (pair["a"]["host"], pair["b"]["host"]) == ("h1", "h2")
 
 
-def test_connector_modules_and_maru_servers():
+def test_maru_servers_and_instance_ids():
     workers = [{"name": "a", "engine": "vllm", "model": "/m", "kv_transfer_config": dict(MARU, kv_connector_module_path="x")},
                {"name": "b", "engine": "vllm", "model": "/m", "kv_transfer_config": EXAMPLE},
                {"name": "m", "engine": "mocker", "model": "/m", "kv_transfer_config": MARU}]
-    assert w.connector_modules(workers) == ["x"]
     assert f.worker_maru_servers(workers) == ["tcp://10.0.0.1:5555"]
     assert w.maru_instance_id(workers[0]) == "x" and w.maru_instance_id(workers[1]) is None
     assert w.maru_server_url({"name": "n", "engine": "vllm", "kv_transfer_config": {"kv_connector": "MaruKVConnector"}}) \
