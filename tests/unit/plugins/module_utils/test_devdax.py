@@ -1,4 +1,5 @@
 """Unit tests for plugins/module_utils/devdax.py against tests/fixtures/devdax/."""
+import importlib.util
 import os
 
 import pytest
@@ -6,6 +7,10 @@ import pytest
 from ansible_collections.kvshare.dynamo.plugins.module_utils import devdax as d
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "devdax")
+# The sysfs trees are built in a temporary directory (make_trees.py), not read from the checkout.
+_spec = importlib.util.spec_from_file_location("make_trees", os.path.join(FIX, "make_trees.py"))
+make_trees = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_trees)
 
 
 def fixture(name):
@@ -14,7 +19,7 @@ def fixture(name):
 
 
 def tree(name):
-    return os.path.join(FIX, name)
+    return os.path.join(make_trees.trees_dir(), name)
 
 
 def test_parse_array():

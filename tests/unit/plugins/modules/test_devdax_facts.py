@@ -1,4 +1,5 @@
 """Unit tests for plugins/modules/devdax_facts.py (run in-process with patched module args)."""
+import importlib.util
 import json
 import os
 
@@ -8,6 +9,10 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.kvshare.dynamo.plugins.modules import devdax_facts
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "devdax")
+# The sysfs trees are built in a temporary directory (make_trees.py), not read from the checkout.
+_spec = importlib.util.spec_from_file_location("make_trees", os.path.join(FIX, "make_trees.py"))
+make_trees = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_trees)
 
 
 def run(args, capsys):
@@ -18,13 +23,17 @@ def run(args, capsys):
     return exc.value.code, out
 
 
+def tree(name):
+    return os.path.join(make_trees.trees_dir(), name)
+
+
 def read(name):
     with open(os.path.join(FIX, name)) as handle:
         return handle.read()
 
 
 def test_devdax_dedicated(capsys):
-    rc, out = run({"sysfs_root": os.path.join(FIX, "devdax_region"), "daxctl_json": read("daxctl_list_devdax.json"),
+    rc, out = run({"sysfs_root": tree("devdax_region"), "daxctl_json": read("daxctl_list_devdax.json"),
                    "dedicated": ["dax0.0"]}, capsys)
     assert rc == 0
     assert out["changed"] is False
@@ -34,7 +43,7 @@ def test_devdax_dedicated(capsys):
 
 
 def test_undedicated_allowed_warns(capsys):
-    rc, out = run({"sysfs_root": os.path.join(FIX, "mixed"), "daxctl_json": read("daxctl_list_mixed.json"),
+    rc, out = run({"sysfs_root": tree("mixed"), "daxctl_json": read("daxctl_list_mixed.json"),
                    "dedicated": ["dax0.0"], "allow_undedicated": True}, capsys)
     assert rc == 0
     assert out["errors"] == []
@@ -43,13 +52,13 @@ def test_undedicated_allowed_warns(capsys):
 
 def test_no_daxctl_binary_uses_sysfs_only(capsys, monkeypatch):
     monkeypatch.setattr(devdax_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
-    rc, out = run({"sysfs_root": os.path.join(FIX, "none")}, capsys)
+    rc, out = run({"sysfs_root": tree("none")}, capsys)
     assert rc == 0
     assert out["devices"] == [] and out["daxctl_available"] is False
 
 
 def test_bad_json_fails(capsys):
-    rc, out = run({"sysfs_root": os.path.join(FIX, "none"), "daxctl_json": "{oops"}, capsys)
+    rc, out = run({"sysfs_root": tree("none"), "daxctl_json": "{oops"}, capsys)
     assert rc == 1
     assert out["failed"] is True and "daxctl list" in out["msg"]
 
@@ -57,5 +66,5 @@ def test_bad_json_fails(capsys):
 def test_daxctl_failure_reported(capsys, monkeypatch):
     monkeypatch.setattr(devdax_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/daxctl")
     monkeypatch.setattr(devdax_facts.AnsibleModule, "run_command", lambda self, *a, **k: (1, "", "libdaxctl: boom"))
-    rc, out = run({"sysfs_root": os.path.join(FIX, "none")}, capsys)
+    rc, out = run({"sysfs_root": tree("none")}, capsys)
     assert rc == 1 and "boom" in out["msg"]
