@@ -1,3 +1,6 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Filters for the Dynamo roles: worker start waves, validation, systemd quoting, URLs."""
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: kvshare.dynamo developers
-# Apache-2.0 (see galaxy.yml)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Filters for the firewall role (kvshare.dynamo.firewall_*); logic in plugins/module_utils/firewall.py.
 
 The ports come from the variables the service roles use: a host's own (inventory) value, else the

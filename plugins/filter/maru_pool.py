@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: kvshare.dynamo developers
-# Apache-2.0 (see galaxy.yml)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Filters for the maru_pool role (kvshare.dynamo.maru_pool_*); logic in plugins/module_utils/maru.py.
 
 Collection roles cannot carry their own filter_plugins, hence this collection-level file."""

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: contributors to kvshare.dynamo
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type

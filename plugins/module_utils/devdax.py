@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: kvshare.dynamo developers
-# Apache-2.0 (see galaxy.yml)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Detect DAX devices the way Maru's resource manager sees them. Stdlib only.
 
 Rules (xcena-dev/maru @ 4fd29ce, ``maru_resource_manager/src/pool_manager.cpp``):

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: contributors to kvshare.dynamo
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Small stdlib-only HTTP helpers for talking to a running NVIDIA Dynamo 1.6.1 stack.
 
 - request()/get_json()/post_json(): never raise on HTTP or connection errors; the

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: kvshare.dynamo developers
-# Apache-2.0 (see galaxy.yml)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Host firewall plan for the firewall role: which ports each host needs, from which sources.
 
 Stdlib only. Used on the controller by the ``kvshare.dynamo.firewall_*`` filters; no module

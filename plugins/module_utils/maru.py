@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: kvshare.dynamo developers
-# Apache-2.0 (see galaxy.yml)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Maru (XCENA CXL KV pool) helpers: sizes, chunk-size check, connector configs.
 
 Stdlib only. Sources (xcena-dev/maru @ 4fd29cefdb8498db0a0e9afc1d89eab76642c3d2):

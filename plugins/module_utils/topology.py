@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: kvshare.dynamo developers
-# Apache License 2.0 (see galaxy.yml)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """GPU <-> RDMA HCA topology discovery (stdlib only).
 
 Everything here is a pure function of a sysfs root directory and captured command

@@ -1,6 +1,7 @@
 # -*- coding: utf-8 -*-
-# Copyright: kvshare.dynamo developers
-# Apache-2.0 (see LICENSE / galaxy.yml)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Maru's vLLM connector with the KV layout of vLLM >= 0.31, and pool probes for systemd and verify.
 
 Installed by the dynamo_runtime role into the Dynamo venv (beside upstream Maru) on hosts whose

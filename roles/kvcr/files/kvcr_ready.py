@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-# Copyright: contributors to kvshare.dynamo
-# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
 """Readiness gate and health probe of the KVCR units (stdlib only; run by systemd).
 
   kvcr-ready unix /run/kvcr/memory.sock [--timeout 60] [--interval 0.5]
