@@ -42,7 +42,7 @@ options:
     type: bool
     default: false
 author:
-  - kvshare.dynamo developers
+  - kvshare.dynamo developers (@kvshare)
 """
 
 EXAMPLES = r"""

@@ -21,9 +21,9 @@ description:
     C(vllm:external_prefix_cache_queries_total); none for mockers).
   - A worker is B(ready) when it is registered with the frontend and its system C(/health)
     answers HTTP 200. No request is sent to any engine; nothing changes.
-version_added: "0.2.0"
+version_added: "0.1.0"
 author:
-  - kvshare.dynamo contributors
+  - kvshare.dynamo developers (@kvshare)
 options:
   frontend_url:
     description: Base URL of the Dynamo frontend (empty string skips the registration check).

@@ -32,7 +32,7 @@ description:
   - Stdlib only (urllib); environment proxies are ignored for these requests.
 version_added: "0.1.0"
 author:
-  - kvshare.dynamo contributors
+  - kvshare.dynamo developers (@kvshare)
 options:
   frontend_url:
     description: Base URL of the Dynamo frontend HTTP service, e.g. C(http://10.0.0.5:8000).

@@ -23,7 +23,7 @@ description:
   - Read-only; never reports C(changed). A host without GPU or HCA is not an error; it yields warnings.
   - See C(docs/topology.md) for the algorithm and its limits.
 author:
-  - kvshare.dynamo developers
+  - kvshare.dynamo developers (@kvshare)
 options:
   sysfs_root:
     description:
@@ -68,8 +68,10 @@ notes:
     or C(CUDA_VISIBLE_DEVICES=GPU-<uuid>) for the mapping to hold inside the process.
 attributes:
   check_mode:
+    description: Can run in check mode and return the same result (it only reads).
     support: full
   diff_mode:
+    description: Returns no diff.
     support: none
 """
 
@@ -104,21 +106,54 @@ gpus:
   type: list
   elements: dict
   contains:
-    index: {description: nvidia-smi index., type: int}
-    uuid: {description: GPU UUID (C(GPU-...)), type: str}
-    bus_id: {description: PCI address C(0000:17:00.0)., type: str}
-    numa_node: {description: NUMA node from sysfs (C(-1) unknown)., type: int}
-    hca: {description: Chosen RDMA device or null., type: str}
-    port: {description: Chosen port or null., type: int}
-    ucx_net_devices: {description: Value for C(UCX_NET_DEVICES) (C(mlx5_k:1)) or null., type: str}
-    path_class: {description: PIX, PXB, PHB, NODE or SYS., type: str}
-    topo_class: {description: Class nvidia-smi topo -m reports for the pair, if known., type: str}
-    link_layer: {description: Link layer of the chosen port., type: str}
-    netdevs: {description: Netdevs of the chosen HCA., type: list}
-    hca_is_mlx5: {description: Whether the chosen HCA is driven by mlx5 (C(rc_x) works)., type: bool}
-    acs_bridges: {description: PCI bridges between GPU and HCA (only for PIX/PXB paths)., type: list}
-    source: {description: C(discovered) or C(override)., type: str}
-    warnings: {description: Problems with this GPU's choice., type: list}
+    index:
+      description: nvidia-smi index.
+      type: int
+    uuid:
+      description: GPU UUID (C(GPU-...))
+      type: str
+    bus_id:
+      description: "PCI address C(0000:17:00.0)."
+      type: str
+    numa_node:
+      description: NUMA node from sysfs (C(-1) unknown).
+      type: int
+    hca:
+      description: Chosen RDMA device or null.
+      type: str
+    port:
+      description: Chosen port or null.
+      type: int
+    ucx_net_devices:
+      description: "Value for C(UCX_NET_DEVICES) (C(mlx5_k:1)) or null."
+      type: str
+    path_class:
+      description: PIX, PXB, PHB, NODE or SYS.
+      type: str
+    topo_class:
+      description: Class nvidia-smi topo -m reports for the pair, if known.
+      type: str
+    link_layer:
+      description: Link layer of the chosen port.
+      type: str
+    netdevs:
+      description: Netdevs of the chosen HCA.
+      type: list
+      elements: str
+    hca_is_mlx5:
+      description: Whether the chosen HCA is driven by mlx5 (C(rc_x) works).
+      type: bool
+    acs_bridges:
+      description: PCI bridges between GPU and HCA (only for PIX/PXB paths).
+      type: list
+      elements: str
+    source:
+      description: C(discovered) or C(override).
+      type: str
+    warnings:
+      description: Problems with this GPU's choice.
+      type: list
+      elements: str
   sample:
     - index: 0
       uuid: GPU-5a1c0e0e-0000-0000-0000-000000000000

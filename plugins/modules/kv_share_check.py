@@ -43,7 +43,7 @@ description:
     Concurrent traffic to the same workers can disturb the deltas, so run it on a quiet pair.
 version_added: "0.1.0"
 author:
-  - kvshare.dynamo contributors
+  - kvshare.dynamo developers (@kvshare)
 options:
   frontend_url:
     description: Base URL of the Dynamo frontend, e.g. C(http://10.0.0.5:8000).

@@ -19,7 +19,7 @@ description:
   - V(killed) sends SIGKILL to them and fails when there is none. V(absent) fails when any runs.
 version_added: "0.1.0"
 author:
-  - kvshare.dynamo contributors
+  - kvshare.dynamo developers (@kvshare)
 options:
   unit:
     description: The worker unit, e.g. C(dynamo-worker@kvcr.service).

@@ -27,7 +27,7 @@ description:
   - Stdlib only; environment proxies are ignored.
 version_added: "0.1.0"
 author:
-  - kvshare.dynamo contributors
+  - kvshare.dynamo developers (@kvshare)
 options:
   phase:
     description: Which step to run.

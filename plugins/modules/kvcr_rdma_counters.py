@@ -19,7 +19,7 @@ description:
     file from the rdma_ucx role), else every port of every device.
 version_added: "0.1.0"
 author:
-  - kvshare.dynamo contributors
+  - kvshare.dynamo developers (@kvshare)
 options:
   devices:
     description: Ports as C(mlx5_3:1) (a bare name means port 1).

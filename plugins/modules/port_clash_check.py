@@ -59,7 +59,7 @@ options:
     type: path
     default: /proc
 author:
-  - kvshare.dynamo developers
+  - kvshare.dynamo developers (@kvshare)
 """
 
 EXAMPLES = r"""
