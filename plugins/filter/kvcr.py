@@ -116,7 +116,7 @@ def _delta(before, after, key):
 
 
 def kvcr_rdma_errors(payload_bytes, source_before, source_after, target_before, target_after):
-    """Why the source transmit / target receive deltas (kvcr_rdma_counters results) miss the payload."""
+    """Why the source transmit / target receive deltas (kvcr_rdma_counters_info results) miss the payload."""
     return _kvcr.rdma_errors(_delta(source_before, source_after, "xmit_bytes"),
                              _delta(target_before, target_after, "rcv_bytes"), payload_bytes)
 

@@ -4,7 +4,7 @@
 """Day-2 logic shared by the filters and modules: rolling-restart groups, Prometheus file_sd
 targets, per-worker hit rates and the stack status table.
 
-Stdlib only (imported on managed hosts by the dynamo_stack_status module).
+Stdlib only (imported on managed hosts by the dynamo_stack_info module).
 """
 
 from __future__ import absolute_import, division, print_function

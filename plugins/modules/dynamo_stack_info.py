@@ -10,7 +10,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: dynamo_stack_status
+module: dynamo_stack_info
 short_description: Read-only status of one host of a Dynamo stack (units, workers, hit rates)
 description:
   - Reads the state of the given systemd units (C(systemctl show)), and for every given worker
@@ -53,7 +53,7 @@ options:
 
 EXAMPLES = r"""
 - name: Read this host's part of the stack
-  kvshare.dynamo.dynamo_stack_status:
+  kvshare.dynamo.dynamo_stack_info:
     frontend_url: http://10.1.0.10:8000
     units: [etcd.service, dynamo-worker@w0.service]
     address: 10.1.0.11

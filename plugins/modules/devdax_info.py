@@ -9,7 +9,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: devdax_facts
+module: devdax_info
 short_description: Report DAX devices as XCENA Maru's resource manager sees them
 version_added: "0.1.0"
 description:
@@ -47,7 +47,7 @@ author:
 
 EXAMPLES = r"""
 - name: Find the DAX devices Maru will claim
-  kvshare.dynamo.devdax_facts:
+  kvshare.dynamo.devdax_info:
     dedicated: [dax0.0, dax1.0]
   register: __dax
 

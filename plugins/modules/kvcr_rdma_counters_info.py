@@ -10,7 +10,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: kvcr_rdma_counters
+module: kvcr_rdma_counters_info
 short_description: Bytes sent and received by RDMA ports (sysfs port_xmit_data / port_rcv_data)
 description:
   - Reads C(/sys/class/infiniband/<dev>/ports/<port>/counters/port_{xmit,rcv}_data), which count
@@ -37,7 +37,7 @@ options:
 
 EXAMPLES = r"""
 - name: Read the worker HCA counters
-  kvshare.dynamo.kvcr_rdma_counters:
+  kvshare.dynamo.kvcr_rdma_counters_info:
     ucx_env_file: /etc/kvshare/ucx/gpu0.env
   register: rdma
 """

@@ -10,7 +10,7 @@ __metaclass__ = type
 
 DOCUMENTATION = r"""
 ---
-module: gpu_topology
+module: gpu_topology_facts
 short_description: Discover GPUs, RDMA HCAs and CXL DAX devices and pick the GPU-local HCA per GPU
 version_added: "0.1.0"
 description:
@@ -77,7 +77,7 @@ attributes:
 
 EXAMPLES = r"""
 - name: Discover the GPU-local HCA for each GPU
-  kvshare.dynamo.gpu_topology:
+  kvshare.dynamo.gpu_topology_facts:
     link_layer: InfiniBand
   register: topo
 
@@ -87,12 +87,12 @@ EXAMPLES = r"""
   loop: "{{ ansible_facts.kvshare_gpu_topology.gpus }}"
 
 - name: Pin GPU 3 to mlx5_5 port 1 whatever discovery says
-  kvshare.dynamo.gpu_topology:
+  kvshare.dynamo.gpu_topology_facts:
     hca_overrides:
       "3": "mlx5_5:1"
 
 - name: Work on a captured fake sysfs tree (tests)
-  kvshare.dynamo.gpu_topology:
+  kvshare.dynamo.gpu_topology_facts:
     sysfs_root: /tmp/fixtures/dgx_h100/root
     nvidia_smi_query_output: "{{ lookup('file', 'query_gpu.txt') }}"
     nvidia_smi_topo_output: "{{ lookup('file', 'topo_m.txt') }}"

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/modules/devdax_facts.py (run in-process with patched module args)."""
+"""Unit tests for plugins/modules/devdax_info.py (run in-process with patched module args)."""
 import importlib.util
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.kvshare.dynamo.plugins.modules import devdax_facts
+from ansible_collections.kvshare.dynamo.plugins.modules import devdax_info
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "devdax")
 # The sysfs trees are built in a temporary directory (make_trees.py), not read from the checkout.
@@ -18,7 +18,7 @@ _spec.loader.exec_module(make_trees)
 def run(args, capsys):
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exc:
-            devdax_facts.main()
+            devdax_info.main()
     out = json.loads(capsys.readouterr().out)
     return exc.value.code, out
 
@@ -51,7 +51,7 @@ def test_undedicated_allowed_warns(capsys):
 
 
 def test_no_daxctl_binary_uses_sysfs_only(capsys, monkeypatch):
-    monkeypatch.setattr(devdax_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
+    monkeypatch.setattr(devdax_info.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
     rc, out = run({"sysfs_root": tree("none")}, capsys)
     assert rc == 0
     assert out["devices"] == [] and out["daxctl_available"] is False
@@ -64,7 +64,7 @@ def test_bad_json_fails(capsys):
 
 
 def test_daxctl_failure_reported(capsys, monkeypatch):
-    monkeypatch.setattr(devdax_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/daxctl")
-    monkeypatch.setattr(devdax_facts.AnsibleModule, "run_command", lambda self, *a, **k: (1, "", "libdaxctl: boom"))
+    monkeypatch.setattr(devdax_info.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/daxctl")
+    monkeypatch.setattr(devdax_info.AnsibleModule, "run_command", lambda self, *a, **k: (1, "", "libdaxctl: boom"))
     rc, out = run({"sysfs_root": tree("none")}, capsys)
     assert rc == 1 and "boom" in out["msg"]

@@ -1,4 +1,4 @@
-"""dynamo_stack_status against local http.servers serving captured Dynamo answers (no urllib mocks)."""
+"""dynamo_stack_info against local http.servers serving captured Dynamo answers (no urllib mocks)."""
 import json
 import os
 import sys
@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from dynamo_fixture_server import FakeSite, Reply, fixture_text, json_reply  # noqa: E402
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
-from ansible_collections.kvshare.dynamo.plugins.modules import dynamo_stack_status as dss  # noqa: E402
+from ansible_collections.kvshare.dynamo.plugins.modules import dynamo_stack_info as dss  # noqa: E402
 
 VLLM_A_ID = 3496660461086300990  # worker_id 3086a229cb33db3e, request plane :28091
 

@@ -1,4 +1,4 @@
-"""Unit tests for plugins/modules/gpu_topology.py (run in-process with patched module args)."""
+"""Unit tests for plugins/modules/gpu_topology_facts.py (run in-process with patched module args)."""
 import importlib.util
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.kvshare.dynamo.plugins.modules import gpu_topology
+from ansible_collections.kvshare.dynamo.plugins.modules import gpu_topology_facts
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "topology")
 _spec = importlib.util.spec_from_file_location("build_sysfs", os.path.join(FIXTURES, "build_sysfs.py"))
@@ -17,7 +17,7 @@ _spec.loader.exec_module(build_sysfs)
 def run(args, capsys):
     with patch_module_args(args):
         with pytest.raises(SystemExit) as exc:
-            gpu_topology.main()
+            gpu_topology_facts.main()
     return exc.value.code, json.loads(capsys.readouterr().out)
 
 
@@ -63,7 +63,7 @@ def test_two_socket_warns(tmp_path, capsys):
 def test_no_hca_warns(tmp_path, capsys, monkeypatch):
     # module.warn() output is deduplicated process-wide by ansible-core, so record the calls.
     warned = []
-    monkeypatch.setattr(gpu_topology.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
+    monkeypatch.setattr(gpu_topology_facts.AnsibleModule, "warn", lambda self, msg: warned.append(msg))
     rc, out = run(case_args(tmp_path, "no_hca"), capsys)
     assert rc == 0
     assert any("no RDMA device" in w for w in out["topology_warnings"])
@@ -105,8 +105,8 @@ def test_runs_nvidia_smi_when_outputs_missing(tmp_path, capsys, monkeypatch):
         calls.append(cmd)
         return (0, topo if "topo" in cmd else query, "")
 
-    monkeypatch.setattr(gpu_topology.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(gpu_topology.AnsibleModule, "run_command", fake_run)
+    monkeypatch.setattr(gpu_topology_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(gpu_topology_facts.AnsibleModule, "run_command", fake_run)
     rc, out = run({"sysfs_root": root}, capsys)
     assert rc == 0 and out["nvidia_smi_present"] is True
     assert calls == [["/usr/bin/nvidia-smi", "--query-gpu=index,uuid,pci.bus_id", "--format=csv,noheader"],
@@ -115,15 +115,15 @@ def test_runs_nvidia_smi_when_outputs_missing(tmp_path, capsys, monkeypatch):
 
 
 def test_nvidia_smi_absent(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(gpu_topology.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
+    monkeypatch.setattr(gpu_topology_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: None)
     rc, out = run({"sysfs_root": str(tmp_path)}, capsys)
     assert rc == 0 and out["gpus"] == [] and out["nvidia_smi_present"] is False
     assert any("nvidia-smi not found" in w for w in out["topology_warnings"])
 
 
 def test_nvidia_smi_failure_is_a_warning(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(gpu_topology.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(gpu_topology.AnsibleModule, "run_command",
+    monkeypatch.setattr(gpu_topology_facts.AnsibleModule, "get_bin_path", lambda self, *a, **k: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(gpu_topology_facts.AnsibleModule, "run_command",
                         lambda self, *a, **k: (9, "", "NVIDIA-SMI has failed because it couldn't communicate"))
     rc, out = run({"sysfs_root": str(tmp_path)}, capsys)
     assert rc == 0 and out["gpus"] == []
@@ -132,9 +132,9 @@ def test_nvidia_smi_failure_is_a_warning(tmp_path, capsys, monkeypatch):
 
 def test_documentation_parses():
     import yaml
-    doc = yaml.safe_load(gpu_topology.DOCUMENTATION)
-    assert doc["module"] == "gpu_topology"
+    doc = yaml.safe_load(gpu_topology_facts.DOCUMENTATION)
+    assert doc["module"] == "gpu_topology_facts"
     assert set(doc["options"]) == {"sysfs_root", "nvidia_smi_query_output", "nvidia_smi_topo_output",
                                    "use_nvidia_smi", "exclude_bond_devices", "link_layer", "hca_overrides"}
-    yaml.safe_load(gpu_topology.EXAMPLES)
-    yaml.safe_load(gpu_topology.RETURN)
+    yaml.safe_load(gpu_topology_facts.EXAMPLES)
+    yaml.safe_load(gpu_topology_facts.RETURN)
