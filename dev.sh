@@ -51,6 +51,8 @@ lint() {
 unit() {
   echo "== pytest (unit and playbook-logic tests)"
   python -m pytest -q tests
+  echo "== playbook coverage"
+  python tests/playbook_coverage.py
 }
 
 build() {
