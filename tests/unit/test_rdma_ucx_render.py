@@ -19,7 +19,9 @@ from ansible.plugins.filter.core import comment
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils.topology import discover
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import render_lib
+
+REPO = render_lib.REPO
 ROLE = os.path.join(REPO, "roles", "rdma_ucx")
 FIXTURES = os.path.join(REPO, "tests", "fixtures", "topology")
 _spec = importlib.util.spec_from_file_location("build_sysfs", os.path.join(FIXTURES, "build_sysfs.py"))
@@ -137,9 +139,7 @@ def test_role_two_nodes(tmp_path):
     inv.write_text(json.dumps(inventory))
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env = render_lib.ansible_env(tmp_path)
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv), str(play)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
@@ -181,8 +181,7 @@ def run_playbook(tmp_path, inventory):
     inv.write_text(json.dumps(inventory))
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0")
+    env = render_lib.ansible_env(tmp_path)
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv), str(play)]
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 

@@ -2,7 +2,7 @@
 
 Both hosts (sandbox sb2, single_node gpu-node-1) are rendered the way site.yml writes them (worker
 unit, each worker's environment and command-line drop-in with its connector JSON, the Maru units),
-with `connection: local` into tmp: nothing is installed or started. Every difference, after each
+offline by tests/unit/render_lib.py (the same render as the golden test): nothing is installed or started. Every difference, after each
 host's addresses and name are put in neutral form, is reduced to a key (`env:NAME`, `unit:Key`,
 `argv:--flag`, `connector:key`) and must be listed under `keys` in `sandbox_forced_overrides`
 (inventories/sandbox/host_vars/sb2.yml); every listed key must really differ, so the list
@@ -12,100 +12,43 @@ import json
 import os
 import re
 import shlex
-import shutil
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.dirname(sys.executable)
-pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ansible-playbook")),
-                                reason="ansible-playbook not in the venv")
+import render_lib
 
-WORKER = os.path.join(REPO, "roles", "dynamo_worker", "templates")
-MARU = os.path.join(REPO, "roles", "maru_pool", "templates")
-RENDER = """
-- name: Render what site.yml writes for the Maru host's workers and pool (templates only)
-  hosts: "{{ render_host }}"
-  gather_facts: false
-  vars:
-    out: "{{ render_dir }}/{{ inventory_hostname }}"
-  tasks:
-    - name: The etcd client settings the workers read
-      ansible.builtin.include_role:
-        name: kvshare.dynamo.etcd_client
-        tasks_from: preflight.yml
-    - name: The pool's preflight (exports, role defaults made visible)
-      ansible.builtin.include_role:
-        name: kvshare.dynamo.maru_pool
-        tasks_from: preflight.yml
-        public: true
-    - name: The workers' preflight (role defaults made visible)
-      ansible.builtin.include_role:
-        name: kvshare.dynamo.dynamo_worker
-        tasks_from: preflight.yml
-        public: true
-    - name: Output directory
-      ansible.builtin.file:
-        path: "{{ out }}"
-        state: directory
-        mode: "0755"
-    - name: Units of the host
-      ansible.builtin.template:
-        src: "{{ item.src }}"
-        dest: "{{ out }}/{{ item.dest }}"
-        mode: "0644"
-      loop:
-        - {src: "%(worker)s/dynamo-worker@.service.j2", dest: dynamo-worker@.service}
-        - {src: "%(maru)s/maru-resource-manager.service.j2", dest: maru-resource-manager.service}
-        - {src: "%(maru)s/maru-resource-manager-args.conf.j2", dest: maru-resource-manager-10-args.conf}
-        - {src: "%(maru)s/maru-server.service.j2", dest: maru-server.service}
-    - name: Each worker's environment
-      ansible.builtin.template:
-        src: "%(worker)s/worker.env.j2"
-        dest: "{{ out }}/{{ worker.name }}.env"
-        mode: "0644"
-      loop: "{{ dynamo_worker_instances }}"
-      loop_control:
-        loop_var: worker
-    - name: Each worker's command line
-      ansible.builtin.template:
-        src: "%(worker)s/worker-exec.conf.j2"
-        dest: "{{ out }}/{{ worker.name }}-10-exec.conf"
-        mode: "0644"
-      loop: "{{ dynamo_worker_instances }}"
-      loop_control:
-        loop_var: worker
-""" % {"worker": WORKER, "maru": MARU}
+REPO = render_lib.REPO
+pytestmark = pytest.mark.skipif(not os.path.exists(render_lib.ANSIBLE_PLAYBOOK), reason="ansible-playbook not in the venv")
+UNITS = "/etc/systemd/system/"
+VENV = re.compile(r"/opt/dynamo/venvs/[0-9a-f]{12}")
 
 
-def render(tmp_path, inventory, host, addresses):
-    inv = tmp_path / ("inv-" + host)
-    shutil.copytree(os.path.join(REPO, "inventories", inventory), inv)
-    (inv / "host_vars" / "zz-local.yml").unlink(missing_ok=True)
-    with open(inv / "group_vars" / "all.yml", "a") as fh:
-        fh.write("\nansible_connection: local\nansible_python_interpreter: %s\n" % sys.executable)
-    play = tmp_path / "render.yml"
-    play.write_text(RENDER)
-    out = tmp_path / "out"
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
-               ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"), ANSIBLE_NOCOLOR="1",
-               ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.default", KVSHARE_UPSTREAM_DIR=str(tmp_path))
-    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play),
-                           "-e", "render_host=%s" % host, "-e", "render_dir=%s" % out,
-                           "-e", "kvshare_validate_offline=true",
-                           "-e", "dynamo_runtime_venv=/opt/dynamo/venvs/current"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
+def _short_name(path):
+    """The worker's and the Maru pool's files under the names the keys use (vllm-a.env, vllm-a-10-exec.conf, ...)."""
+    if path.startswith(UNITS + "dynamo-worker@") and path.endswith(".service.d/10-exec.conf"):
+        return path[len(UNITS + "dynamo-worker@"):-len(".service.d/10-exec.conf")] + "-10-exec.conf"
+    if path == UNITS + "maru-resource-manager.service.d/10-args.conf":
+        return "maru-resource-manager-10-args.conf"
+    if path in (UNITS + "dynamo-worker@.service", UNITS + "maru-resource-manager.service", UNITS + "maru-server.service"):
+        return path[len(UNITS):]
+    if "/workers/" in path and path.endswith(".env"):
+        return os.path.basename(path)
+    return None
+
+
+def render(rendered_inventory, inventory, host, addresses):
+    """The host's worker and Maru files from the session's render (render_lib), in neutral form."""
     files = {}
-    for name in sorted(os.listdir(out / host)):
-        text = (out / host / name).read_text()
+    for path, text in rendered_inventory(inventory)[host].items():
+        name = _short_name(path)
+        if name is None:
+            continue
+        text = VENV.sub("/opt/dynamo/venvs/current", text)
         for addr in addresses:
             text = text.replace(addr, "<ADDR>")
         files[name] = text.replace(host, "<HOST>")
-    return files
+    return dict(sorted(files.items()))
 
 
 def _line_key(name, line):
@@ -163,10 +106,9 @@ def differences(sandbox, single):
 
 
 @pytest.fixture(scope="module")
-def rendered(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("render")
-    return (render(tmp, "sandbox", "sb2", ["127.0.10.2"]),
-            render(tmp, "single_node", "gpu-node-1", ["192.0.2.11", "127.0.0.1"]))
+def rendered(rendered_inventory):
+    return (render(rendered_inventory, "sandbox", "sb2", ["127.0.10.2"]),
+            render(rendered_inventory, "single_node", "gpu-node-1", ["192.0.2.11", "127.0.0.1"]))
 
 
 def test_sandbox_pool_host_is_single_node_plus_listed_overrides(rendered):
