@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Rollout benchmark on the sandbox hosts: ratios against the hand-sequenced floor.
 
 Run after `./dev.sh sandbox` (the stack must be up): `./dev.sh bench` or
@@ -60,7 +60,7 @@ def ssh(host, command, check=True):
     cmd = ["ssh", "-i", os.path.join(SANDBOX_DIR, "ssh", "id_ed25519"), "-p", "2222",
            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
            "root@%s" % addr, command]
-    res = subprocess.run(cmd, capture_output=True, text=True)
+    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if check and res.returncode != 0:
         raise RuntimeError("ssh %s %r failed: %s" % (host, command, res.stderr))
     return res.stdout
@@ -73,7 +73,7 @@ def playbook(*args, json_out=False):
         env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.timer"
     t0 = time.monotonic()
     res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY] + list(args),
-                         cwd=REPO, capture_output=True, text=True, env=env)
+                         cwd=REPO, capture_output=True, text=True, env=env, check=False)
     elapsed = time.monotonic() - t0
     if res.returncode != 0:
         raise RuntimeError("ansible-playbook %s failed:\n%s" % (" ".join(args), (res.stdout + res.stderr)[-4000:]))
@@ -108,7 +108,7 @@ def serving(host, worker, exclude=()):
             iid = int(inst["instance_id"])
             if iid in exclude:
                 continue
-            status, _ = http(FRONTEND_URL + "/v1/completions", {
+            status, dummy = http(FRONTEND_URL + "/v1/completions", {
                 "model": worker.get("served_model_name", worker["model"]), "prompt": "hi", "max_tokens": 1,
                 "temperature": 0, "nvext": {"backend_instance_id": iid}}, timeout=30)
             if status == 200:
@@ -180,7 +180,7 @@ def _ts(text):
 
 def wave_seconds(json_stdout):
     """Seconds spent starting and proving workers (wave tasks), from the json callback."""
-    data, _ = json.JSONDecoder().raw_decode(json_stdout[json_stdout.index("{"):])
+    data, dummy = json.JSONDecoder().raw_decode(json_stdout[json_stdout.index("{"):])
     total = 0.0
     for play in data.get("plays", []):
         for task in play.get("tasks", []):
@@ -212,8 +212,8 @@ def worker_phase(layout):
         yaml.safe_dump(overlay, fh)
         path = fh.name
     try:
-        _, out = playbook("-i", path, "site.yml", "--limit", ",".join([FRONTEND] + sorted(layout)),
-                          "--tags", "dynamo_worker", json_out=True)
+        dummy, out = playbook("-i", path, "site.yml", "--limit", ",".join([FRONTEND] + sorted(layout)),
+                              "--tags", "dynamo_worker", json_out=True)
     finally:
         os.unlink(path)
     return wave_seconds(out)
@@ -222,7 +222,7 @@ def worker_phase(layout):
 def verify_overhead():
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "verify.json")
-        wall, _ = playbook("verify.yml", "-e", "kvshare_verify_report=%s" % report, "-e", "kvshare_verify_settle_s=0")
+        wall, dummy = playbook("verify.yml", "-e", "kvshare_verify_report=%s" % report, "-e", "kvshare_verify_settle_s=0")
         pairs = json.load(open(report))["pairs"]
     request_s = 0.0
     for pair in pairs:
@@ -264,7 +264,7 @@ def main():
     res = {"runs": args.runs}
     print("== P1/P2: floor, warm rollout, idempotent re-run (%d runs each)" % args.runs, flush=True)
     warm, floor, rerun, floor_ready = [], [], [], []
-    for _ in range(0 if args.skip_rollout else args.runs):
+    for dummy in range(0 if args.skip_rollout else args.runs):
         stop_stack()
         t, ready = floor_start()
         floor.append(t)
@@ -275,12 +275,12 @@ def main():
     res.update(floor_s=median(floor), warm_rollout_s=median(warm), rerun_s=median(rerun))
     if not args.skip_rollout:
         print("   floor %.1f s, warm rollout %.1f s, re-run %.1f s" % (res["floor_s"], res["warm_rollout_s"],
-                                                                   res["rerun_s"]), flush=True)
+                                                                       res["rerun_s"]), flush=True)
     print("== P3: mocker workers on one host", flush=True)
     mock_host = next(h for h in WORKER_HOSTS if all(w["engine"] == "mocker" for w in worker_list(h)))
     other_host = next(h for h in WORKER_HOSTS if h != mock_host)
     p3 = {"1": [], "4x4gpu": [], "4x1gpu": []}
-    for _ in range(args.runs):
+    for dummy in range(args.runs):
         for key, layout in (("1", mockers(1, True)), ("4x4gpu", mockers(4, True)), ("4x1gpu", mockers(4, False))):
             worker_phase({mock_host: []})
             p3[key].append(worker_phase({mock_host: layout}))
@@ -303,10 +303,10 @@ def main():
     worker_phase({mock_host: [], other_host: []})
     playbook("site.yml")
     print("== P4: verify overhead", flush=True)
-    p4 = [verify_overhead() for _ in range(args.runs)]
-    res["verify_wall_s"], res["verify_request_s"] = median([w for w, _ in p4]), median([r for _, r in p4])
+    p4 = [verify_overhead() for dummy in range(args.runs)]
+    res["verify_wall_s"], res["verify_request_s"] = median([w for w, dummy in p4]), median([r for dummy, r in p4])
     print("== P5: recovery after kill -9", flush=True)
-    p5 = [recovery(floor_ready) for _ in range(args.runs)]
+    p5 = [recovery(floor_ready) for dummy in range(args.runs)]
     res["recovery_s"] = median([p[0] for p in p5])
     res["restart_sec"] = p5[0][1]
     res["worker_start_s"] = p5[0][2]

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Build the sandbox wheelhouse from the pip steps in inventories/sandbox/group_vars/dynamo.yml.
 
 The sandbox hosts install offline from this directory (bind-mounted), as air-gapped GPU hosts

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 """Make the sandbox's tiny random-weight Llama model (a real model vLLM loads, ~300 KB).
 
 Written without torch/transformers so the controller needs only `tokenizers`: a byte-level BPE
@@ -57,7 +57,7 @@ def main():
         return 0
     os.makedirs(out, exist_ok=True)
     rng = random.Random(0)
-    corpus = [" ".join(rng.choice(WORDS) for _ in range(50)) for _ in range(2000)]
+    corpus = [" ".join(rng.choice(WORDS) for dummy in range(50)) for dummy in range(2000)]
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -82,7 +82,7 @@ def main():
               open(os.path.join(out, "generation_config.json"), "w"), indent=2)
 
     def rand(rows, cols):
-        return [rows, cols], bf16_bytes(rng.gauss(0.0, 0.02) for _ in range(rows * cols))
+        return [rows, cols], bf16_bytes(rng.gauss(0.0, 0.02) for dummy in range(rows * cols))
 
     def ones(n):
         return [n], bf16_bytes([1.0] * n)

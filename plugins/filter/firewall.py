@@ -2,6 +2,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Filters for the firewall role (kvshare.dynamo.firewall_*); logic in plugins/module_utils/firewall.py.
 
 The ports come from the variables the service roles use: a host's own (inventory) value, else the

@@ -2,6 +2,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Small stdlib-only HTTP helpers for talking to a running NVIDIA Dynamo 1.6.1 stack.
 
 - request()/get_json()/post_json(): never raise on HTTP or connection errors; the
@@ -291,7 +292,7 @@ def iter_sse(lines):
             continue
         if line.startswith(":"):
             continue
-        field, _, value = line.partition(":")
+        field, dummy, value = line.partition(":")
         if value.startswith(" "):
             value = value[1:]
         if field == "data":
@@ -423,13 +424,13 @@ def parse_transport_tcp(addr):
     out = {"host": None, "port": None, "lease_hex": None, "path": None}
     if not addr or not isinstance(addr, str):
         return out
-    hostport, _, path = addr.partition("/")
+    hostport, dummy, path = addr.partition("/")
     out["path"] = path or None
     if hostport.startswith("["):
-        host, _, rest = hostport[1:].partition("]")
+        host, dummy, rest = hostport[1:].partition("]")
         port = rest[1:] if rest.startswith(":") else ""
     else:
-        host, _, port = hostport.rpartition(":")
+        host, dummy, port = hostport.rpartition(":")
     out["host"] = host or None
     out["port"] = int(port) if port.isdigit() else None
     first = path.split("/", 1)[0] if path else ""

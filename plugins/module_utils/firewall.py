@@ -2,6 +2,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Host firewall plan for the firewall role: which ports each host needs, from which sources.
 
 Stdlib only. Used on the controller by the ``kvshare.dynamo.firewall_*`` filters; no module
@@ -501,7 +502,7 @@ def host_plan(host, groups, hostvars, options, role_defaults):
             err("rdma_ucx_bw_extra_args of %s: -p/--port is not a port (needed on %s)" % (client, host))
             continue
         clients.append((port, client))
-    for port in sorted(set(p for p, _ in clients)):
+    for port in sorted(set(p for p, dummy in clients)):
         add("tcp", port, "rdma_ucx_bw_server", "ib_write_bw out-of-band port (rdma_ucx_bw_test clients)",
             _Sources(addresses(sorted(c for p, c in clients if p == port))))
 

@@ -2,6 +2,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """KVCR (KV Cache Runner) variant: inventory checks, worker config, Guard-recovery metrics.
 
 Stdlib only: the metric and process helpers run on managed hosts.
@@ -378,7 +379,7 @@ def parse_env_file(text):
         line = line.strip()
         if not line or line.startswith(("#", ";")) or "=" not in line:
             continue
-        key, _, value = line.partition("=")
+        key, dummy, value = line.partition("=")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
             value = value[1:-1]
@@ -623,7 +624,7 @@ def parse_ucx_devices(value):
         item = item.strip()
         if not item or item == "all":
             continue
-        dev, _, port = item.partition(":")
+        dev, dummy, port = item.partition(":")
         out.append((dev, port or "1"))
     return out
 

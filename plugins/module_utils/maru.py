@@ -2,6 +2,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Maru (XCENA CXL KV pool) helpers: sizes, chunk-size check, connector configs.
 
 Stdlib only. Sources (xcena-dev/maru @ 4fd29cefdb8498db0a0e9afc1d89eab76642c3d2):

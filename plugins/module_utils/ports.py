@@ -2,6 +2,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Listening-port clash detection shared by every role's preflight (stdlib only).
 
 A service about to bind ``address:port`` clashes with any other process already listening on the
@@ -68,7 +69,7 @@ def parse_proc_net_tcp(text, ipv6=False):
         fields = line.split()
         if len(fields) < 10 or fields[3] != _LISTEN:
             continue
-        addr_hex, _, port_hex = fields[1].partition(":")
+        addr_hex, dummy, port_hex = fields[1].partition(":")
         try:
             address = _hex_ipv6(addr_hex) if ipv6 else _hex_ipv4(addr_hex)
             port = int(port_hex, 16)
@@ -150,7 +151,7 @@ _SS_USERS_RE = re.compile(r'\("([^"]*)",pid=(\d+)')
 
 
 def _split_addr(local):
-    host, _, port = local.rpartition(":")
+    host, dummy, port = local.rpartition(":")
     host = host.strip("[]")
     if "%" in host:
         host = host.split("%", 1)[0]

@@ -1,6 +1,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Worker inventory logic shared by the filters and modules: validation and start order."""
 
 from __future__ import annotations
@@ -200,10 +201,10 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
         elif "DYN_CONNECTOR" in env:
             errors.append("%s: env sets DYN_CONNECTOR, which dynamo.vllm 1.6.1 rejects; use kv_transfer_config" % label)
     for gpu, shares in sorted(gpu_share.items()):
-        total = sum(f for _, f in shares)
+        total = sum(f for dummy, f in shares)
         if total > 1.0 + 1e-9:
             errors.append("gpu_memory_utilization on %s: workers %s share GPU %s and ask for %.2f in total (> 1.0)"
-                          % (host, ", ".join(n for n, _ in shares), gpu, total))
+                          % (host, ", ".join(n for n, dummy in shares), gpu, total))
     return errors
 
 

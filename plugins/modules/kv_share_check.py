@@ -3,6 +3,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 
 from __future__ import absolute_import, division, print_function
 
@@ -331,7 +332,7 @@ def pool_bytes(usage, instance_id=None):
 
 def build_prompt(nonce, words):
     rng = random.Random(nonce)
-    return nonce + " " + " ".join(rng.choice(WORDS) for _ in range(words))
+    return nonce + " " + " ".join(rng.choice(WORDS) for dummy in range(words))
 
 
 def _num(value):
@@ -554,7 +555,7 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
             report["warmup"][key] = {"status": res.status, "elapsed_s": round(res.elapsed_s, 4),
                                      "error": None if res.ok else res.describe()}
     if store_bytes is not None:
-        stored_before, _, err = wait_stored(store_bytes, None, store_timeout, clock, sleep)
+        stored_before, dummy, err = wait_stored(store_bytes, None, store_timeout, clock, sleep)
         report["store"] = {"before": stored_before, "after": None, "wait_s": None, "error": err}
     for step, target in enumerate(("a", "b")):
         if step == 1 and store_bytes is not None:
@@ -705,7 +706,7 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
     elif ext > 0:
         checks.add("b_external_kv_transfer", True, "worker B: %s prompt tokens from "
                    "external_kv_transfer, %s computed locally" % (_fmt(ext),
-                                                                 _fmt(db["local_compute"])))
+                                                                  _fmt(db["local_compute"])))
     else:
         checks.add("b_external_kv_transfer", False, "worker B loaded 0 prompt tokens by "
                    "external_kv_transfer (%s computed locally)" % _fmt(db["local_compute"]))
@@ -749,9 +750,9 @@ def main():
             model=dict(type="str", required=True),
             worker_a=dict(type="dict", required=True, options=worker_opts),
             worker_b=dict(type="dict", required=True, options=worker_opts),
-            min_prompt_tokens=dict(type="int", default=1500),
+            min_prompt_tokens=dict(type="int", default=1500, no_log=False),
             prompt_words=dict(type="int"),
-            max_tokens=dict(type="int", default=8),
+            max_tokens=dict(type="int", default=8, no_log=False),
             nonce=dict(type="str"),
             hit_rate_threshold=dict(type="float", default=0.5),
             request_timeout=dict(type="float", default=60.0),

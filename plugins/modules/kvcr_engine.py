@@ -3,6 +3,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 
 from __future__ import absolute_import, division, print_function
 
@@ -98,9 +99,9 @@ def main():
     if not pids:
         module.fail_json(msg="no process matching %r in %s (cgroup %r)" % (p["pattern"], p["unit"], cgroup), **result)
     if module.check_mode:
-        module.exit_json(killed=[], **dict(result, changed=True))
+        module.exit_json(**dict(result, killed=[], changed=True))
     killed, _gone = kvcr.kill_pids([x["pid"] for x in pids])
-    module.exit_json(killed=killed, **dict(result, changed=bool(killed)))
+    module.exit_json(**dict(result, killed=killed, changed=bool(killed)))
 
 
 if __name__ == "__main__":

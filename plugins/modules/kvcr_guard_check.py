@@ -3,6 +3,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 
 from __future__ import absolute_import, division, print_function
 
@@ -201,7 +202,7 @@ def run_seed(p, fetch=dynamo_http.fetch_metrics, post=dynamo_http.post_json, clo
             # The gone phase waits for one instance id to leave discovery: guessing one is no proof.
             out["errors"].append("%s /metrics at %s names %d instance ids (%s): the check needs exactly one "
                                  "worker behind each system port" % (w["name"], w["system_url"], len(ids),
-                                                                      ", ".join("%x" % i for i in sorted(ids)) or "none"))
+                                                                     ", ".join("%x" % i for i in sorted(ids)) or "none"))
             continue
         instances[w["name"]] = str(ids[0])
     out["instances"] = instances
@@ -250,7 +251,7 @@ def run_gone(p, get=dynamo_http.fetch_instances, clock=time.monotonic, sleep=tim
         state["listed"] = [str(i) for i in ids]
         return want not in ids, None
 
-    done, _ = poll(check, p["timeout"], p["interval"], clock, sleep)
+    done, dummy = poll(check, p["timeout"], p["interval"], clock, sleep)
     out = {"errors": [], "listed": state.get("listed", [])}
     if not done:
         out["errors"].append("instance %s is still listed by the frontend after %.0f s%s"
@@ -302,7 +303,7 @@ def main():
             )),
             prompt=dict(type="str"),
             prompt_repeat=dict(type="int", default=600),
-            max_tokens=dict(type="int", default=32),
+            max_tokens=dict(type="int", default=32, no_log=False),
             baseline=dict(type="str"),
             instance_id=dict(type="str"),
             timeout=dict(type="float", default=60.0),

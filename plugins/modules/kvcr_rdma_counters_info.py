@@ -3,6 +3,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 
 from __future__ import absolute_import, division, print_function
 
@@ -73,7 +74,7 @@ def env_file_devices(path):
         return []
     with open(path) as handle:
         for line in handle:
-            key, _, value = line.strip().partition("=")
+            key, dummy, value = line.strip().partition("=")
             if key == "UCX_NET_DEVICES":
                 return kvcr.parse_ucx_devices(value.strip().strip('"'))
     return []

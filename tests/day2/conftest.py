@@ -37,9 +37,9 @@ def stack():
     sandbox_copy.build_wheelhouse()
     D.make_copy()
     if os.environ.get("KVSHARE_DAY2_REUSE") != "1":
-        res, _ = D.playbook("sandbox/create.yml")
+        res, dummy = D.playbook("sandbox/create.yml")
         D.must(res, "sandbox/create.yml")
-        res, _ = D.playbook("site.yml")
+        res, dummy = D.playbook("site.yml")
         D.must(res, "site.yml")
     inv = D.Inv()
     D.wait_all_serving(inv, timeout=180)

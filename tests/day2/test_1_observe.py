@@ -13,7 +13,7 @@ def test_status_table_and_json(stack, record):
     res, took = D.playbook("playbooks/status.yml", "-e", "status_report=%s" % report)
     D.must(res, "status.yml")
     recap = re.findall(r"^(sb\d)\s+: ok=\d+\s+changed=(\d+)", res.stdout, re.M)
-    assert len(recap) == 3 and all(n == "0" for _, n in recap), "status.yml changed a host: %s" % recap
+    assert len(recap) == 3 and all(n == "0" for dummy, n in recap), "status.yml changed a host: %s" % recap
     with open(report) as fh:
         doc = json.load(fh)
     ids = D.instances(stack)
@@ -25,16 +25,16 @@ def test_status_table_and_json(stack, record):
         assert worker["gpu"] == ",".join(stack.workers()[key][1]["gpus"])
         assert worker["hit_rate"] is None  # mockers export no external prefix-cache counters
     units = [(h["host"], u["unit"], u["state"]) for h in doc["hosts"] for u in h["units"]]
-    assert all(state == "active" for _, _, state in units), units
+    assert all(state == "active" for dummy, dummy, state in units), units
     assert {("sb1", "dynamo-frontend.service"), ("sb2", "maru-server.service"), ("sb3", "etcd.service")} <= set(
-        (h, u) for h, u, _ in units)
+        (h, u) for h, u, dummy in units)
     assert doc["summary"]["healthy"] and doc["summary"]["workers_ready"] == len(workers)
     # The table: one line per unit, every worker with its instance id.
     for key, worker in workers.items():
         assert worker["instance_id"] in res.stdout
     record.update({"units": len(units), "workers_ready": doc["summary"]["workers_ready"], "seconds": round(took, 1)})
     # JSON on stdout too.
-    res, _ = D.playbook("playbooks/status.yml", "-e", "status_format=json", log="status-json")
+    res, dummy = D.playbook("playbooks/status.yml", "-e", "status_format=json", log="status-json")
     D.must(res, "status.yml -e status_format=json")
     assert '"workers_ready": %d' % len(workers) in res.stdout
 
@@ -46,7 +46,7 @@ def _get(url, context=None):
 
 def test_prometheus_file_sd_targets_scrape(stack, record):
     sd_dir = os.path.join(D.DAY2_DIR, "prometheus")
-    res, _ = D.playbook("playbooks/prometheus_targets.yml", "-e", "prometheus_sd_dir=%s" % sd_dir)
+    res, dummy = D.playbook("playbooks/prometheus_targets.yml", "-e", "prometheus_sd_dir=%s" % sd_dir)
     D.must(res, "prometheus_targets.yml")
     jobs = {}
     for name in ("dynamo-frontend", "dynamo-worker", "etcd", "maru"):

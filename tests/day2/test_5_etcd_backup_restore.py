@@ -30,7 +30,7 @@ def test_backup_wipe_restore(stack, record):
     assert os.path.getsize(snapshot) > 0
 
     # Wipe: every member's data dir removed, a fresh empty cluster bootstrapped.
-    res, _ = D.playbook("playbooks/etcd.yml", "-e", "etcd_wipe_data=true", log="etcd-wipe")
+    res, dummy = D.playbook("playbooks/etcd.yml", "-e", "etcd_wipe_data=true", log="etcd-wipe")
     D.must(res, "etcd.yml -e etcd_wipe_data=true")
     for member in members:
         assert _get_all(member) == {}, "keys survived the wipe on %s" % member

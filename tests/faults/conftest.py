@@ -37,9 +37,9 @@ def stack():
     t0 = time.monotonic()
     # On given, rolled-out hosts (KVSHARE_FAULTS_INVENTORY, CI: molecule's) or a reused copy: no setup.
     if not F.TARGET and os.environ.get("KVSHARE_FAULTS_REUSE") != "1":
-        res, _ = F.playbook("sandbox/create.yml")
+        res, dummy = F.playbook("sandbox/create.yml")
         assert res.returncode == 0, "sandbox/create.yml failed:\n" + res.stdout[-4000:]
-        res, _ = F.playbook("site.yml")
+        res, dummy = F.playbook("site.yml")
         assert res.returncode == 0, "site.yml failed:\n" + res.stdout[-4000:]
     F.wait_all_serving(timeout=300)
     RESULTS["_setup"] = {"seconds": round(time.monotonic() - t0, 1)}

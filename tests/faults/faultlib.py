@@ -132,7 +132,7 @@ def unit_state(name, unit):
 
 def pool_files():
     count = 0
-    for _, _, files in os.walk(POOL_HOST_DIR):
+    for dummy, dummy, files in os.walk(POOL_HOST_DIR):
         count += len(files)
     return count
 

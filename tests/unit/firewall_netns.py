@@ -47,7 +47,7 @@ def main(path):
     for phase in spec["phases"]:
         commands = []
         for argv in phase.get("commands", []):
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
             commands.append({"argv": argv, "rc": proc.returncode, "stdout": proc.stdout[-6000:],
                              "stderr": proc.stderr[-3000:]})
         with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:

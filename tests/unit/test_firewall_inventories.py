@@ -148,7 +148,7 @@ def test_offline_validation_with_the_firewall_enabled(tmp_path, name):
                ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.default")
     proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", str(inv), "playbooks/validate.yml",
                            "-e", "kvshare_validate_offline=true", "-e", "@%s" % extra],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
     out = proc.stdout
     assert proc.returncode == 0, out[-5000:] + proc.stderr[-2000:]
     assert "TASK [kvshare.dynamo.firewall : Check the ports and sources of this host's table]" in out

@@ -39,15 +39,15 @@ DEBIAN_NFTABLES_CONF = """#!/usr/sbin/nft -f
 flush ruleset
 
 table inet filter {
-	chain input {
-		type filter hook input priority filter;
-	}
-	chain forward {
-		type filter hook forward priority filter;
-	}
-	chain output {
-		type filter hook output priority filter;
-	}
+\tchain input {
+\t\ttype filter hook input priority filter;
+\t}
+\tchain forward {
+\t\ttype filter hook forward priority filter;
+\t}
+\tchain output {
+\t\ttype filter hook output priority filter;
+\t}
 }
 """
 
@@ -69,7 +69,7 @@ PROBES = {
     (SB2, 23790): ("dropped", "dropped"),     # the local etcd client proxy port: loopback only, even with accept
     (LOCAL, 23790): ("open", "open"),
 }
-LISTENERS = sorted({port for _, port in PROBES})
+LISTENERS = sorted({port for dummy, port in PROBES})
 
 RENDER = """
 - name: Render the firewall of sb1 (connection local, every path in tmp)
@@ -120,7 +120,7 @@ def _usable():
     if not os.path.exists("/usr/sbin/nft"):
         return "nft is not at /usr/sbin/nft (the role's path)"
     try:
-        proc = subprocess.run(UNSHARE + ["/usr/sbin/nft", "list", "ruleset"], capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(UNSHARE + ["/usr/sbin/nft", "list", "ruleset"], capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return "unshare failed: %s" % exc
     if proc.returncode != 0:
@@ -166,7 +166,7 @@ def rendered(tmp_path_factory):
     inv = _inventory(tmp_path)
     proc = subprocess.run(UNSHARE + [os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play),
                                      "-e", "out=%s" % out], cwd=REPO, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     return {"tmp": tmp_path, "out": out, "inv": inv, "log": proc.stdout}
 
@@ -221,7 +221,7 @@ def probed(rendered):
     path = tmp_path / "spec.json"
     path.write_text(json.dumps(spec))
     proc = subprocess.run(UNSHARE + [sys.executable, HELPER, str(path)], cwd=REPO, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return json.loads(proc.stdout)
 

@@ -18,7 +18,7 @@ _spec.loader.exec_module(ready)
 
 
 def run(*args):
-    return subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args], capture_output=True, text=True, timeout=30)
+    return subprocess.run([sys.executable, SCRIPT] + [str(a) for a in args], capture_output=True, text=True, timeout=30, check=False)
 
 
 @pytest.fixture
@@ -111,12 +111,12 @@ def test_bad_usage():
 def test_env_requires_rdma_settings():
     env = dict(os.environ, UCX_NET_DEVICES="mlx5_3:1", UCX_TLS="rc_x,cuda")
     ok = subprocess.run([sys.executable, SCRIPT, "env", "--label", "GPU 0", "UCX_NET_DEVICES", "UCX_TLS=rc_x,cuda"],
-                        capture_output=True, text=True, timeout=30, env=env)
+                        capture_output=True, text=True, timeout=30, env=env, check=False)
     assert ok.returncode == 0, ok.stderr
     env.pop("UCX_NET_DEVICES")
     env["UCX_TLS"] = "tcp"
     bad = subprocess.run([sys.executable, SCRIPT, "env", "--label", "GPU 0 on gpu-b", "UCX_NET_DEVICES",
-                          "UCX_TLS=rc_x,cuda"], capture_output=True, text=True, timeout=30, env=env)
+                          "UCX_TLS=rc_x,cuda"], capture_output=True, text=True, timeout=30, env=env, check=False)
     assert bad.returncode == 1
     assert "GPU 0 on gpu-b refuses to start without RDMA: UCX_NET_DEVICES is unset; UCX_TLS=tcp, must be rc_x,cuda" in bad.stderr
 
@@ -144,8 +144,13 @@ class Units:
 def test_watch_restarts_after_consecutive_failures_only(tmp_path):
     units = Units()
     state = str(tmp_path / "state")
-    bad = lambda: (False, "connect /run/kvcr/memory.sock: Connection refused")  # noqa: E731
-    good = lambda: (True, "")  # noqa: E731
+
+    def bad():
+        return False, "connect /run/kvcr/memory.sock: Connection refused"
+
+    def good():
+        return True, ""
+
     assert ready.watch("kvcr-service.service", state, 3, bad, units.is_active, units.restart)[1] == 1
     assert ready.watch("kvcr-service.service", state, 3, bad, units.is_active, units.restart)[1] == 2
     # one good probe resets the count
@@ -176,5 +181,5 @@ def test_watch_probe_against_a_real_socket(tmp_path, sock_path):
         srv.close()
     os.unlink(sock_path)
     units = Units()
-    action, _ = ready.watch("u", str(tmp_path), 1, lambda: ready.unix_accepts(sock_path, 1.0), units.is_active, units.restart)
+    action, dummy = ready.watch("u", str(tmp_path), 1, lambda: ready.unix_accepts(sock_path, 1.0), units.is_active, units.restart)
     assert action.startswith("restarted after 1 failed probes") and units.restarts == ["u"]

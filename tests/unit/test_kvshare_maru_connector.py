@@ -41,6 +41,7 @@ def raises(types, match):
         return
     raise AssertionError("nothing raised %s" % (types,))
 
+
 NUM_BLOCKS, KV_HEADS, BLOCK, HEAD = 8, 2, 32, 32
 
 
@@ -108,7 +109,7 @@ def test_bf16_cache_round_trips():
     import torch
     mod = _connector()
     slots = _slots()
-    cache, _, _ = _vllm_cache(slots, torch.bfloat16)
+    cache, dummy, dummy = _vllm_cache(slots, torch.bfloat16)
     fresh = torch.zeros_like(cache)
     mod.inject_bhnc(fresh, mod.extract_bhnc(cache, slots, BLOCK), slots, BLOCK)
     assert torch.equal(fresh, cache)
@@ -120,7 +121,7 @@ def test_upstream_helper_fails_on_this_layout():
     from maru_vllm.connector import MaruWorkerConnector
 
     slots = _slots()
-    cache, _, _ = _vllm_cache(slots)
+    cache, dummy, dummy = _vllm_cache(slots)
     upstream = MaruWorkerConnector.__new__(MaruWorkerConnector)
     upstream._block_size = BLOCK
     with raises((IndexError, RuntimeError), "out of bounds"):

@@ -55,7 +55,7 @@ def _line_key(name, line):
     """The key of one differing line: env:NAME, unit:Key (per file), or None for comments."""
     if not line.strip() or line.startswith("#"):
         return []
-    key, _, value = line.partition("=")
+    key, dummy, value = line.partition("=")
     if name.endswith(".env"):
         return ["env:" + key]
     if key == "ExecStart" and "dynamo." in value:

@@ -88,7 +88,7 @@ def generate_instances():
 def instance_of(host, worker):
     """Instance ids registered by this worker (matched by its pinned request-plane port)."""
     target = "%s:%s" % (address(host), worker["rpc_port"])
-    return [iid for iid, _, hp in generate_instances() if hp == target]
+    return [iid for iid, dummy, hp in generate_instances() if hp == target]
 
 
 def completion(worker, instance_id, prompt="hello world", max_tokens=2):
@@ -111,7 +111,7 @@ def wait_for(predicate, timeout, interval=0.5, what="condition"):
 def ansible_playbook(*args, timeout=1200):
     cmd = [os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY] + list(args)
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "ANSIBLE_FORCE_COLOR": "0", "PATH": BIN + os.pathsep + os.environ["PATH"]})
+                          env={**os.environ, "ANSIBLE_FORCE_COLOR": "0", "PATH": BIN + os.pathsep + os.environ["PATH"]}, check=False)
 
 
 @pytest.fixture(scope="session")

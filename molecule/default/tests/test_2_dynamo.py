@@ -1,7 +1,7 @@
 """Dynamo: units, listen addresses, every worker answering a direct-routed completion, start order."""
 import pytest
 
-from conftest import FRONTEND, address, completion, generate_instances, group, instance_of, workers
+from conftest import FRONTEND, address, completion, generate_instances, instance_of, workers
 
 WORKERS = list(workers())
 IDS = ["%s/%s" % (h, w["name"]) for h, w in WORKERS]
@@ -40,10 +40,10 @@ def test_worker_answers_direct_routed_completion(host, worker):
 
 
 def test_untargeted_request_is_refused_in_direct_mode():
-    _, worker = WORKERS[0]
+    dummy, worker = WORKERS[0]
     from conftest import FRONTEND_URL, http_json
-    status, _ = http_json(FRONTEND_URL + "/v1/completions",
-                          {"model": worker["served_model_name"], "prompt": "hi", "max_tokens": 1})
+    status, dummy = http_json(FRONTEND_URL + "/v1/completions",
+                              {"model": worker["served_model_name"], "prompt": "hi", "max_tokens": 1})
     assert status == 400
 
 

@@ -2,7 +2,6 @@
 and fails precisely when the pool is not shared or its data is not what A stored."""
 import json
 import os
-import tempfile
 
 import yaml
 
@@ -20,7 +19,7 @@ def _report(path):
 
 def test_verify_proves_sharing_through_the_pool(tmp_path):
     report = str(tmp_path / "verify.json")
-    res, _ = _run_verify(report, "-e", "kvshare_verify_report=%s" % report)
+    res, dummy = _run_verify(report, "-e", "kvshare_verify_report=%s" % report)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     pairs = _report(report)
     # The same pool (sb2's maru-server) on one host and across hosts.
@@ -44,7 +43,7 @@ def test_verify_proves_sharing_through_the_pool(tmp_path):
 
 def test_verify_is_repeatable_with_the_same_verdict(tmp_path):
     report = str(tmp_path / "again.json")
-    res, _ = _run_verify(report, "-e", "kvshare_verify_report=%s" % report)
+    res, dummy = _run_verify(report, "-e", "kvshare_verify_report=%s" % report)
     assert res.returncode == 0, res.stdout[-3000:]
     assert _report(report)[("sb2/vllm-a", "sb2/vllm-b")]["verdict"] == "passed"
     assert _report(report)[("sb2/vllm-a", "sb3/vllm-c")]["verdict"] == "passed"
@@ -68,8 +67,8 @@ def test_verify_fails_precisely_when_b_uses_another_pool(tmp_path):
                                "-e", "@%s" % extra)
         assert res.returncode == 0, res.stdout[-3000:]
         # The pair is named explicitly: with different directories the workers no longer share a pool.
-        res, _ = _run_verify(report, "-e", "kvshare_verify_report=%s" % report, "-e", "@%s" % extra,
-                             "-e", '{"kvshare_verify_pairs": [{"a": "sb2/vllm-a", "b": "sb2/vllm-b"}]}')
+        res, dummy = _run_verify(report, "-e", "kvshare_verify_report=%s" % report, "-e", "@%s" % extra,
+                                 "-e", '{"kvshare_verify_pairs": [{"a": "sb2/vllm-a", "b": "sb2/vllm-b"}]}')
         assert res.returncode != 0
         pair = _report(report)[("sb2/vllm-a", "sb2/vllm-b")]
         assert pair["verdict"] == "failed"

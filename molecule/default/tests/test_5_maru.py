@@ -43,7 +43,7 @@ def test_connector_layout_against_vllm_in_the_worker_venv(hosts):
 
 def test_workers_wait_for_the_pool_and_local_ones_follow_its_restarts(hosts):
     maru = _maru_workers()
-    assert {h for h, _ in maru} == {POOL, "sb3"}, maru
+    assert {h for h, dummy in maru} == {POOL, "sb3"}, maru
     local = [w["name"] for h, w in maru if h == POOL]
     for host, w in maru:
         unit = "dynamo-worker@%s" % w["name"]

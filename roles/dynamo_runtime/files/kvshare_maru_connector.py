@@ -2,6 +2,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Maru's vLLM connector with the KV layout of vLLM >= 0.31, and pool probes for systemd and verify.
 
 Installed by the dynamo_runtime role into the Dynamo venv (beside upstream Maru) on hosts whose
@@ -37,7 +38,8 @@ import socket
 import sys
 import time
 
-__all__ = ["MaruKVConnector", "extract_bhnc", "inject_bhnc", "wait", "usage"]
+# MaruKVConnector comes from the module-level __getattr__ below (built on first use).
+__all__ = ["MaruKVConnector", "extract_bhnc", "inject_bhnc", "wait", "usage"]  # pylint: disable=undefined-all-variable
 
 
 def _is_mla(attn_metadata, layer_name):
@@ -126,7 +128,7 @@ def probe(server_url, timeout_ms=1000):
         return False, "maru-server %s: %s" % (server_url, exc)
     finally:
         client.close()
-    host, _, port = rm.rpartition(":")
+    host, dummy, port = rm.rpartition(":")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_ms / 1000.0).close()
     except (OSError, ValueError) as exc:

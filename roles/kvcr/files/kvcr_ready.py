@@ -1,7 +1,7 @@
-#!/usr/bin/python3
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Readiness gate and health probe of the KVCR units (stdlib only; run by systemd).
 
   kvcr-ready unix /run/kvcr/memory.sock [--timeout 60] [--interval 0.5]
@@ -158,7 +158,7 @@ def main(argv=None):
         if action not in ("ok", "inactive"):
             print("kvcr-ready: %s %s %s: %s" % (args.unit, args.kind, args.target, action), file=sys.stderr)
         return 0
-    parser = argparse.ArgumentParser(prog="kvcr-ready", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="kvcr-ready", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("kind", choices=["unix", "http"])
     parser.add_argument("target", help="socket path (unix) or URL (http)")
     parser.add_argument("--timeout", type=float, default=60.0)

@@ -72,7 +72,7 @@ def engine_core(cfg):
             continue
         if parts[0] == "fill":
             count, value = int(parts[1]), int(parts[2]) & 0xFF
-            for _ in range(count):
+            for dummy in range(count):
                 ctypes.memset(address + (cursor % blocks) * BLOCK_BYTES, value, BLOCK_BYTES)
                 cursor += 1
             print("filled %d %d" % (count, count * BLOCK_BYTES), flush=True)

@@ -1,5 +1,6 @@
 # TEST DOUBLE for XCENA Maru: builds an "artifacts" directory from the stand-ins here (upstream is not reachable from CI, no CXL hardware).
 # Run it with bash (no shebang: the first line of every test-double file names it as one).
+# shellcheck shell=bash
 # Usage: bash build-artifacts.sh OUT_DIR [PYTHON_VERSION]
 # Produces the layout maru_pool's artifacts install path expects (see roles/maru_pool/README.md):
 #   OUT_DIR/bin/maru-resource-manager   OUT_DIR/bin/maru_test_client
@@ -28,8 +29,9 @@ if ! "$python" -m pip download --quiet --only-binary=:all: --python-version "$py
   echo "WARNING: could not download pyzmq/msgpack wheels; the role's offline pip install will fail" >&2
 fi
 
+mapfile -t sources < <(cd "$here" && find python -type f -name '*.py' -o -name pyproject.toml | sort)
 ident="testdouble-$(cd "$here" && cat maru_resource_manager.py maru_test_client.py build-artifacts.sh \
-  $(find python -type f -name '*.py' -o -name pyproject.toml | sort) | sha256sum | cut -c1-12)"
+  "${sources[@]}" | sha256sum | cut -c1-12)"
 echo "$ident" >"$out/VERSION"
 echo "built Maru TEST DOUBLE artifacts $ident in $out"
 ls -1 "$out/bin" "$out/python"

@@ -174,7 +174,7 @@ def main(argv=None):
     log("ready — listening on %s:%d" % (cfg.host, cfg.port))
     while not stop.is_set():
         try:
-            conn, _ = sock.accept()
+            conn, dummy = sock.accept()
         except OSError:
             if stop.is_set():
                 break

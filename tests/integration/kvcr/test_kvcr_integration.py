@@ -38,7 +38,7 @@ def playbook(path, *extra):
                KVSHARE_VERIFY_REPORT=os.path.join(os.environ.get("KVH_KVCR_DIR", "/var/tmp/kvshare-k"), "verify.json"))
     t0 = time.monotonic()
     proc = subprocess.run([os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(HERE, "inventory.yml"), path]
-                          + list(extra), cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+                          + list(extra), cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=False)
     TIMES.append((os.path.relpath(path, REPO), time.monotonic() - t0, proc.returncode))
     log = os.environ.get("KVH_KVCR_LOG")
     if log:
@@ -99,4 +99,4 @@ def test_memory_service_variant_on_cpu():
         print("\nstep times:")
         for name, secs, rc in TIMES:
             print("  %-45s %6.1f s  rc=%s" % (name, secs, rc))
-        print("  %-45s %6.1f s" % ("total", sum(t for _, t, _ in TIMES)))
+        print("  %-45s %6.1f s" % ("total", sum(t for dummy, t, dummy in TIMES)))

@@ -31,7 +31,7 @@ def playbook(artifacts, *extra):
     return subprocess.run(
         [os.path.join(VENV_BIN, "ansible-playbook"), "-i", os.path.join(HERE, "inventory.yml"),
          os.path.join(HERE, "playbook.yml"), "-e", "maru_pool_artifacts_dir=%s" % artifacts] + list(extra),
-        cwd=REPO, env=env, capture_output=True, text=True)
+        cwd=REPO, env=env, capture_output=True, text=True, check=False)
 
 
 def recap(out):
@@ -52,7 +52,7 @@ def container(tmp_path_factory):
     sh("podman", "run", "-d", "--name", NAME, "--runtime", "runc", "--network", "host", "--shm-size=256m",
        "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024", "--systemd=always", IMAGE, "/sbin/init")
     try:
-        for _ in range(30):
+        for dummy in range(30):
             state = sh("podman", "exec", NAME, "systemctl", "is-system-running", check=False).stdout.strip()
             if state in ("running", "degraded"):
                 break

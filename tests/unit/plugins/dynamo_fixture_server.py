@@ -1,4 +1,5 @@
-# Test double: a stdlib http.server on 127.0.0.1 that stands in for a Dynamo 1.6.1 frontend and worker system servers, serving captured fixtures from tests/fixtures/dynamo/.
+# Test double: a stdlib http.server on 127.0.0.1 that stands in for a Dynamo 1.6.1 frontend and worker
+# system servers, serving captured fixtures from tests/fixtures/dynamo/.
 """Local HTTP servers for the kvshare.dynamo module tests (no mocks of urllib).
 
 Each FakeSite is a real ThreadingHTTPServer on 127.0.0.1:<free port>. A site answers with a

@@ -37,7 +37,7 @@ def test_parse_instances_real_health_generate_only_exact_ints():
     inst = dh.parse_instances(doc)
     assert sorted(i["instance_id"] for i in inst) == sorted([A_ID, B_ID, M_ID])
     for i in inst:
-        assert type(i["instance_id"]) is int and i["instance_id"] > 2 ** 53
+        assert isinstance(i["instance_id"], int) and not isinstance(i["instance_id"], bool) and i["instance_id"] > 2 ** 53
         assert i["endpoint"] == "generate"
         assert i["instance_id_str"] == str(i["instance_id"])
         assert int(i["lease_hex"], 16) == i["instance_id"]
@@ -166,7 +166,7 @@ def test_request_ok_and_error_bodies(site):
         return json_reply(fixture_text("error_503_dead_worker.json"), 503)
     s = site(handler)
     res, doc = dh.get_json(s.url + "/ok", timeout=5)
-    assert res.ok and doc == {"id": A_ID} and type(doc["id"]) is int
+    assert res.ok and doc == {"id": A_ID} and isinstance(doc["id"], int) and not isinstance(doc["id"], bool)
     res = dh.post_json(s.url + "/400", {"model": "tiny"}, timeout=5)
     assert res.status == 400 and not res.ok
     assert res.json() == {"message": "Invalid request", "type": "Bad Request", "code": 400}

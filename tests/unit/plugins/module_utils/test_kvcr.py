@@ -157,7 +157,7 @@ def test_worker_env_and_service_argv():
                     "--pool-dir", "/dev/shm/kvcr", "--guard-count", "1", "--pool-sizes-gb", "2,0.5",
                     "--compatibility-digest", "d", "--log-level", "INFO"]
     assert "--heartbeat-timeout-ms" in kvcr.service_argv("p", {"socket_path": "s", "pool_dir": "d", "pool_sizes_gb": "1",
-                                                              "compatibility_digest": "x", "heartbeat_timeout_ms": 1500})
+                                                               "compatibility_digest": "x", "heartbeat_timeout_ms": 1500})
 
 
 def test_worker_errors():
@@ -358,7 +358,7 @@ def test_rc_mlx5_count_rises_on_both_sides():
     counts = {"source gpu-a kvcr-service.service": (kvcr.transport_count(fixture("ucx_source_before.txt")),
                                                     kvcr.transport_count(fixture("ucx_source_after.txt"))),
               "target gpu-b dynamo-worker@kvcr.service": (kvcr.transport_count(fixture("ucx_target_before.txt")),
-                                                         kvcr.transport_count(fixture("ucx_target_after.txt")))}
+                                                          kvcr.transport_count(fixture("ucx_target_after.txt")))}
     assert counts["source gpu-a kvcr-service.service"] == (2, 4)
     assert kvcr.transport_rise_errors(counts) == []
 

@@ -152,7 +152,7 @@ def test_host_values_win_and_switches_count():
     got = listening("a", {"dynamo_frontend_http_port": "8080", "etcd_client_proxy_enabled": False, "etcd_group_name": "kv"},
                     dict(GROUPS, kv=["c"]))
     assert got == {8080: "dynamo_frontend_http_port"}
-    found, _ = ports.host_service_ports("a", GROUPS, {"dynamo_frontend_http_port": 8080}, role_defaults())
+    found, dummy = ports.host_service_ports("a", GROUPS, {"dynamo_frontend_http_port": 8080}, role_defaults())
     origins = dict((i["variable"], i["origin"]) for i in found)
     assert origins["dynamo_frontend_http_port"] == "set for a"
     assert origins["etcd_client_port"] == "the etcd role's default"
@@ -168,12 +168,12 @@ def test_unreadable_values_are_named_and_bad_ports_left_to_the_specs():
     found, errors = ports.host_service_ports("a", GROUPS, lookup, role_defaults())
     assert errors == ["etcd_client_port on a: cannot be resolved ('undefined_var' is undefined)"]
     assert "etcd_peer_port" not in [i["variable"] for i in found]
-    _, errors = ports.host_service_ports("a", GROUPS, {}, {})
+    dummy, errors = ports.host_service_ports("a", GROUPS, {}, {})
     assert "dynamo_frontend_http_port on a: not set, and the dynamo_frontend role has no default for it" in errors
 
 
 def test_worker_port_on_a_service_port_names_worker_key_and_service():
-    found, _ = ports.host_service_ports("a", GROUPS, {}, role_defaults())
+    found, dummy = ports.host_service_ports("a", GROUPS, {}, role_defaults())
     workers = [{"name": "w0", "system_port": 8000, "rpc_port": "2380"}, {"name": "w1", "system_port": 18081},
                "junk", {"system_port": 23790}]
     assert ports.worker_port_errors("a", workers, found) == [

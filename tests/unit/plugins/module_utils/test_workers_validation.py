@@ -31,7 +31,7 @@ def test_maru_server_url_must_be_served_by_a_pool_host():
 
 def test_malformed_entries_left_to_worker_errors():
     assert w.cluster_worker_errors({"a": "oops", "b": ["x", {"name": "m", "engine": "mocker"},
-                                                        {"name": "j", "kv_transfer_config": "{bad"}]}) == []
+                                                       {"name": "j", "kv_transfer_config": "{bad"}]}) == []
 
 
 # --- worker_errors: keys and types as the inventory writes them -----------------------------------

@@ -361,7 +361,7 @@ def test_wait_stored_reports_a_failing_probe():
 
     def broken():
         raise RuntimeError("rc=1 connection refused")
-    _, _, err = ksc.wait_stored(broken, None, 1, clock, sleep)
+    dummy, dummy, err = ksc.wait_stored(broken, None, 1, clock, sleep)
     assert err == "pool probe failed: rc=1 connection refused"
 
 

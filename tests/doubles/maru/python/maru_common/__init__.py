@@ -50,7 +50,7 @@ def _unpack(data, pos=0):
         else:
             count, pos = tag & 0x0F, pos + 1
         out = {}
-        for _ in range(count):
+        for dummy in range(count):
             key, pos = _unpack(data, pos)
             out[key], pos = _unpack(data, pos)
         return out, pos
@@ -60,7 +60,7 @@ def _unpack(data, pos=0):
         else:
             count, pos = tag & 0x0F, pos + 1
         items = []
-        for _ in range(count):
+        for dummy in range(count):
             item, pos = _unpack(data, pos)
             items.append(item)
         return items, pos
