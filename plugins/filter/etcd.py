@@ -6,13 +6,15 @@
 
 from __future__ import annotations
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+
 DOCUMENTATION = r"""
 name: etcd_client_urls
 short_description: Client URLs of the etcd members of an inventory group
 description:
   - For each host name in the input list, returns its client URL. The member record set by the
-    etcd role's preflight (C(__etcd_member)) wins; otherwise the URL is built from
-    C(etcd_address), C(kvshare_bind_address) or C(ansible_host), and C(etcd_client_port) (2379).
+    etcd role's preflight (its public export C(etcd_member)) wins; otherwise the URL is built from
+    C(etcd_address), else the host's address (filter C(host_address)), and C(etcd_client_port) (2379).
 options:
   _input:
     description: Host names (usually C(groups['etcd'])).
@@ -43,12 +45,11 @@ def etcd_client_urls(hosts, hostvars, tls=True):
     urls = []
     for host in hosts or []:
         hv = hostvars[host]
-        member = _get(hv, "__etcd_member")
+        member = _get(hv, "etcd_member")
         if isinstance(member, dict) and member.get("client_url"):
             urls.append(str(member["client_url"]))
             continue
-        address = (_get(hv, "etcd_address") or _get(hv, "kvshare_bind_address")
-                   or _get(hv, "ansible_host") or host)
+        address = _get(hv, "etcd_address") or _stack.host_address(hostvars, host)
         port = int(_get(hv, "etcd_client_port", 2379))
         urls.append("%s://%s:%d" % (scheme, address, port))
     return urls

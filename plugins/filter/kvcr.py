@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 
 
 def kvcr_cache_owner_id(slot, slot_count, prefix):
@@ -51,8 +52,7 @@ def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
     """The KVCR hosts as plain data for kvcr_deployment_errors (node, slot, KVCR worker names)."""
     members = []
     for host in hosts or []:
-        node = (_hostvar(hostvars, host, "kvcr_node_id") or _hostvar(hostvars, host, "ansible_host")
-                or _hostvar(hostvars, host, "kvshare_bind_address") or host)
+        node = _hostvar(hostvars, host, "kvcr_node_id") or _stack.host_address(hostvars, host)
         worker = _hostvar(hostvars, host, "kvcr_worker_name", default_worker_name)
         members.append({
             "host": host,

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
 
 
@@ -58,13 +59,12 @@ def worker_service_port_errors(workers, host, groups, hostvars, role_defaults):
 
 
 def bind_address_errors(host, hosts, hostvars):
-    """``host``'s kvshare_bind_address (else its default IPv4 fact) shared with another host."""
+    """``host``'s kvshare_bind_address (else its default IPv4 fact: stack.bind_address_of) shared with another host."""
     addresses = {}
     for name in hosts or []:
         try:
             host_vars = hostvars[name]
-            address = host_vars.get("kvshare_bind_address") or (
-                (host_vars.get("ansible_facts") or {}).get("default_ipv4") or {}).get("address")
+            address = _stack.bind_address_of(host_vars)
         except Exception:  # a value that cannot be templated: its own check reports it
             address = None
         addresses[str(name)] = address

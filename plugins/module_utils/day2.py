@@ -15,6 +15,7 @@ __metaclass__ = type
 import json
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils.workers import gpu_groups, gpu_key, pool_id, start_waves
 
 RESTART_UNITS = ("worker", "gpu")
@@ -57,8 +58,7 @@ def restart_groups(workers, unit="worker", names=None):
 # ---------------------------------------------------------------------------
 
 def _addr(hostvars, host):
-    hv = hostvars.get(host, {})
-    return hv.get("kvshare_bind_address") or hv.get("ansible_host") or host
+    return _stack.host_address(hostvars, host)
 
 
 def prometheus_targets(hostvars, groups, maru_metrics_port=0, etcd_client_port=2379,

@@ -45,6 +45,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+
 __all__ = [
     "ROLE_DEFAULT_KEYS",
     "KVCR_STATE_AGENT_DEFAULT",
@@ -223,11 +225,9 @@ class _Inventory:
         return value
 
     def address(self, host):
-        """The host's service address: kvshare_bind_address, else its default IPv4 fact."""
-        value = self.own(host, "kvshare_bind_address", None)
-        if value in (None, ""):
-            facts = self.own(host, "ansible_facts", None) or {}
-            value = ((facts.get("default_ipv4") or {}) if hasattr(facts, "get") else {}).get("address")
+        """The host's service address: kvshare_bind_address, else its default IPv4 fact (stack.bind_address_of)."""
+        value = _stack.bind_address_of({key: self.own(host, key, None) for key in
+                                        ("kvshare_bind_address", "ansible_facts", "ansible_default_ipv4")})
         if value in (None, ""):
             raise FirewallError("kvshare_bind_address of %s: unknown (not set, no facts gathered)" % host)
         try:

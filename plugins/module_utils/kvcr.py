@@ -29,6 +29,7 @@ import re
 import signal
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 
 VARIANTS = ("process_local", "memory_service")
 CACHE_OWNER_RE = re.compile(r"^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}/[0-9a-f]{32}$")
@@ -280,11 +281,9 @@ def _truthy(value):
 
 def host_advertise_host(host_vars):
     """kvcr_advertise_host as the role resolves it: explicit, else kvshare_bind_address, else the default IPv4."""
-    for key in ("kvcr_advertise_host", "kvshare_bind_address"):
-        if host_vars.get(key):
-            return str(host_vars[key])
-    facts = host_vars.get("ansible_facts") or {}
-    addr = (facts.get("default_ipv4") or {}).get("address") or (host_vars.get("ansible_default_ipv4") or {}).get("address")
+    if host_vars.get("kvcr_advertise_host"):
+        return str(host_vars["kvcr_advertise_host"])
+    addr = _stack.bind_address_of(host_vars)
     if not addr:
         raise ValueError("no kvcr_advertise_host, kvshare_bind_address or gathered default IPv4 address")
     return str(addr)

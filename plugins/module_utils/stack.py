@@ -1,0 +1,84 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+"""Who is where in a kvshare.dynamo stack: the one definition of a host's address and of the
+frontend URL, read by modules, filters, playbooks and role defaults alike.
+
+The address of host H (ADDRESS_ORDER, the only fallback in the collection):
+
+1. ``kvshare_bind_address`` (the inventory's: every service of H listens on and advertises it),
+2. H's default IPv4 from gathered facts (``ansible_facts.default_ipv4.address``),
+3. ``ansible_host``,
+4. the inventory name of H.
+
+The frontend URL: ``http://<address>:<port>`` of the first host of the frontend group, where the
+address is the host's ``dynamo_frontend_http_host`` if the inventory sets one, else its address, and
+the port its ``dynamo_frontend_http_port`` (default FRONTEND_PORT).
+
+``hostvars`` may be Ansible's HostVars (values templated on access) or plain dicts.
+"""
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+ADDRESS_ORDER = ("kvshare_bind_address", "ansible_facts.default_ipv4.address", "ansible_host", "inventory name")
+FRONTEND_GROUP = "dynamo_frontend"
+FRONTEND_PORT = 8000
+
+
+def _get(host_vars, key):
+    try:
+        value = host_vars[key]
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return None if value in (None, "") else value
+
+
+def _host_vars(hostvars, host):
+    try:
+        return hostvars[host]
+    except (KeyError, TypeError):
+        return {}
+
+
+def bind_address_of(host_vars):
+    """The address the host's services bind to: steps 1-2 of ADDRESS_ORDER (None when neither is known)."""
+    value = _get(host_vars, "kvshare_bind_address")
+    if value is None:
+        facts = _get(host_vars, "ansible_facts") or {}
+        value = _get(_get(facts, "default_ipv4") or {}, "address") if hasattr(facts, "get") else None
+    if value is None:
+        value = _get(_get(host_vars, "ansible_default_ipv4") or {}, "address")
+    return None if value is None else str(value).strip()
+
+
+def address_of(host_vars, host=None):
+    """The address of one host from its own variables (all of ADDRESS_ORDER)."""
+    value = bind_address_of(host_vars)
+    if value is None:
+        value = _get(host_vars, "ansible_host")
+    if value is None:
+        value = host
+    return None if value is None else str(value).strip()
+
+
+def host_address(hostvars, host):
+    """The address of ``host`` (ADDRESS_ORDER)."""
+    return address_of(_host_vars(hostvars, host), str(host))
+
+
+def frontend_host(groups, group=FRONTEND_GROUP):
+    """The frontend host: the first host of ``group`` ('' when there is none)."""
+    hosts = list((groups or {}).get(group) or [])
+    return str(hosts[0]) if hosts else ""
+
+
+def frontend_url(hostvars, groups, group=FRONTEND_GROUP):
+    """``http://<address>:<port>`` of the frontend ('' when the group is empty)."""
+    host = frontend_host(groups, group)
+    if not host:
+        return ""
+    host_vars = _host_vars(hostvars, host)
+    address = _get(host_vars, "dynamo_frontend_http_host") or host_address(hostvars, host)
+    port = _get(host_vars, "dynamo_frontend_http_port") or FRONTEND_PORT
+    return "http://%s:%s" % (address, port)

@@ -1,0 +1,31 @@
+"""module_utils/stack.py: the one address fallback and the frontend URL."""
+from ansible_collections.kvshare.dynamo.plugins.filter import stack as filters
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack
+
+
+def test_address_order():
+    facts = {"default_ipv4": {"address": "127.0.0.9"}}
+    assert stack.address_of({"kvshare_bind_address": "127.0.0.1", "ansible_facts": facts, "ansible_host": "h"}, "n") == "127.0.0.1"
+    assert stack.address_of({"ansible_facts": facts, "ansible_host": "h"}, "n") == "127.0.0.9"
+    assert stack.address_of({"ansible_default_ipv4": {"address": "127.0.0.8"}, "ansible_host": "h"}, "n") == "127.0.0.8"
+    assert stack.address_of({"ansible_host": "127.0.0.7"}, "n") == "127.0.0.7"
+    assert stack.address_of({}, "n") == "n"
+    assert stack.address_of({"kvshare_bind_address": "", "ansible_host": None}, "n") == "n"
+
+
+def test_bind_address_is_the_first_two_steps():
+    assert stack.bind_address_of({"ansible_host": "127.0.0.7"}) is None
+    assert stack.bind_address_of({"kvshare_bind_address": " 127.0.0.2 "}) == "127.0.0.2"
+    assert stack.bind_address_of({"ansible_facts": {"default_ipv4": {"address": "127.0.0.9"}}}) == "127.0.0.9"
+
+
+def test_frontend_url():
+    hostvars = {"fe": {"kvshare_bind_address": "127.0.10.1"}, "fe2": {"dynamo_frontend_http_host": "127.0.0.5",
+                                                                       "dynamo_frontend_http_port": 9000}}
+    assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe"]}) == "http://127.0.10.1:8000"
+    assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe2", "fe"]}) == "http://127.0.0.5:9000"
+    assert stack.frontend_url(hostvars, {"dynamo_frontend": []}) == ""
+    assert stack.frontend_url(hostvars, {}) == ""
+    assert filters.frontend_url({"dynamo_frontend": ["fe"]}, hostvars) == "http://127.0.10.1:8000"
+    assert filters.host_address("fe", hostvars) == "127.0.10.1"
+    assert filters.host_address("unknown", hostvars) == "unknown"
