@@ -21,6 +21,11 @@ def worker_start_waves(workers):
         raise AnsibleFilterError("worker_start_waves: malformed worker list: %s" % exc) from exc
 
 
+def worker_gpu_order(workers):
+    """{name: {after, before}}: the neighbours of each worker in its GPU's start order."""
+    return _workers.gpu_order(list(workers or []))
+
+
 def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
     """Validation messages for one host's dynamo_workers (empty list when valid)."""
     return _workers.worker_errors(workers, host, frontend_hosts, reserved_ports)
@@ -164,6 +169,7 @@ class FilterModule:
     def filters(self):
         return {
             "worker_start_waves": worker_start_waves,
+            "worker_gpu_order": worker_gpu_order,
             "worker_errors": worker_errors,
             "kv_transfer_config": kv_transfer_config,
             "systemd_quote": systemd_quote,

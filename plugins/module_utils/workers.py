@@ -60,6 +60,21 @@ def start_waves(workers):
     return [[g[k] for g in groups if k < len(g)] for k in range(depth)]
 
 
+def gpu_order(workers):
+    """For each worker name, the worker that starts right before it on its GPU(s) (`after`) and
+    the one right after it (`before`), None where there is none: the start waves' order within
+    each GPU group, which the worker units encode for boot (After= plus a readiness gate)."""
+    order = {}
+    for group in gpu_groups(workers):
+        names = [w["name"] for w in group]
+        for pos, name in enumerate(names):
+            order[name] = {
+                "after": names[pos - 1] if pos > 0 else None,
+                "before": names[pos + 1] if pos + 1 < len(names) else None,
+            }
+    return order
+
+
 def kv_transfer_config(worker):
     """Return the worker's KV transfer config as a dict (None when absent).
 
