@@ -10,6 +10,7 @@ import json
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
 
 
@@ -103,6 +104,52 @@ def worker_probe_targets(workers, bind_address):
     return targets
 
 
+def worker_watch_units(workers, bind_address):
+    """What dynamo_worker_unit_watch needs for each worker: its unit and its own /health."""
+    return [{"name": target["name"], "unit": "dynamo-worker@%s.service" % target["name"],
+             "health_url": target["system_url"] + "/health"}
+            for target in worker_probe_targets(workers, bind_address)]
+
+
+def unit_watch_line(report):
+    """One line on a unit from dynamo_worker_unit_watch's result, for messages."""
+    return _unit_watch.describe(report)
+
+
+def verify_diagnosis_units(host, hostvars, groups):
+    """Pool units and workers verify.yml watches on a host when sharing is not proven."""
+    hv = hostvars[host]
+    host_groups = [g for g, members in (groups or {}).items() if host in members]
+    return _unit_watch.diagnosis_units(host, host_groups, hv.get("dynamo_workers") or [],
+                                       hv.get("kvshare_bind_address"))
+
+
+def verify_diagnosis(results):
+    """Lines on what is wrong, from the looped dynamo_worker_unit_watch results (item = host)."""
+    lines = []
+    for res in results or []:
+        lines.extend(_unit_watch.diagnosis_lines(res.get("item"), res.get("units") or []))
+    return lines
+
+
+def verify_pool_paths(hosts, hostvars):
+    """[host, path] for every pool path (dynamo_worker_requires `path`, not a device) of the hosts."""
+    out = []
+    for host in hosts or []:
+        for req in hostvars[host].get("dynamo_worker_requires") or []:
+            path = req.get("path") if isinstance(req, dict) else None
+            if path and not str(path).startswith("/dev/"):
+                out.append([host, str(path)])
+    return out
+
+
+def format_text(value, template):
+    """str.format of a template with a mapping's keys or a list's items."""
+    if isinstance(value, dict):
+        return template.format(**value)
+    return template.format(*value)
+
+
 def kv_share_pairs(hosts, hostvars, named_pairs=None):
     """Worker pairs for verify.yml (see module_utils.workers.share_pairs)."""
     host_workers = {}
@@ -176,6 +223,12 @@ class FilterModule:
             "systemd_command": systemd_command,
             "worker_argv": worker_argv,
             "worker_probe_targets": worker_probe_targets,
+            "worker_watch_units": worker_watch_units,
+            "unit_watch_line": unit_watch_line,
+            "verify_diagnosis_units": verify_diagnosis_units,
+            "verify_diagnosis": verify_diagnosis,
+            "verify_pool_paths": verify_pool_paths,
+            "format_text": format_text,
             "kv_share_pairs": kv_share_pairs,
             "kv_share_table": kv_share_table,
             "ready_summary": ready_summary,

@@ -1,0 +1,242 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+---
+module: dynamo_worker_unit_watch
+short_description: Watch worker units on their host until their /health is ready or they crash
+description:
+  - Runs on the worker's host. Polls each unit's systemd state (C(systemctl show)) and the
+    worker's own C(/health) on its system port every O(interval) seconds.
+  - A worker is B(ready) when its C(/health) answers 200 with status C(ready) or C(healthy).
+  - A worker has B(crashed) when systemd restarted it automatically O(crash_limit) times during
+    the watch (C(NRestarts); C(Restart=always) otherwise hides the exits), or when it stays
+    C(failed) for O(failed_grace) seconds (start limit hit). A crash ends the watch at once and
+    fails the task with the unit's last journal lines, unless O(fail_on_crash=false).
+  - With O(observe) greater than 0 the module does not stop at readiness: it samples for that many
+    seconds and reports what it saw (restarts during the window, states, health), for diagnosis.
+  - A watch that runs out of time without a crash does not fail; the caller reads RV(not_ready).
+version_added: "0.1.0"
+author:
+  - kvshare.dynamo developers (@kvshare)
+options:
+  units:
+    description: The units to watch.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: A label (the worker's name).
+        type: str
+        required: true
+      unit:
+        description: The systemd unit, e.g. C(dynamo-worker@vllm-a.service).
+        type: str
+        required: true
+      health_url:
+        description: The worker's C(/health) URL; without it only the unit state is watched.
+        type: str
+      pool:
+        description: The unit is a KV pool service, not a worker (reported as such).
+        type: bool
+        default: false
+  timeout:
+    description: Seconds to wait for readiness.
+    type: float
+    default: 300
+  interval:
+    description: Seconds between polls (at most 1).
+    type: float
+    default: 0.5
+  crash_limit:
+    description: Automatic restarts during the watch that count as a crash.
+    type: int
+    default: 2
+  failed_grace:
+    description: Seconds a unit may stay C(failed) before it counts as crashed.
+    type: float
+    default: 15
+  observe:
+    description: Sample for this many seconds instead of waiting for readiness (0 waits).
+    type: float
+    default: 0
+  fail_on_crash:
+    description: Fail the task when a unit crashed.
+    type: bool
+    default: true
+  journal_lines:
+    description: Journal lines of a crashed unit in the result and message.
+    type: int
+    default: 40
+notes:
+  - Read-only; supports check mode.
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Watch the workers of this wave start
+  kvshare.dynamo.dynamo_worker_unit_watch:
+    units:
+      - name: vllm-a
+        unit: dynamo-worker@vllm-a.service
+        health_url: http://127.0.0.1:18081/health
+    timeout: 300
+"""
+
+RETURN = r"""
+units:
+  description: One entry per unit.
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: vllm-a
+      unit: dynamo-worker@vllm-a.service
+      active_state: active
+      sub_state: running
+      result: success
+      n_restarts: 0
+      restarts: 0
+      last_exit: null
+      health: HTTP 200 ready
+      ready: true
+      ready_after_s: 41.3
+ready:
+  description: Names of the units whose /health was ready.
+  returned: always
+  type: list
+  elements: str
+not_ready:
+  description: Names of the units not ready when the watch ended (crashed ones included).
+  returned: always
+  type: list
+  elements: str
+crashed:
+  description: Names of the units that crashed during the watch.
+  returned: always
+  type: list
+  elements: str
+journal:
+  description: Last journal lines of each crashed unit, by name.
+  returned: always
+  type: dict
+elapsed_s:
+  description: Seconds the watch took.
+  returned: always
+  type: float
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as uw
+
+
+def get_health(url, timeout):
+    try:
+        resp = open_url(url, method="GET", timeout=timeout, use_proxy=False, validate_certs=False)
+        code, body = resp.getcode(), resp.read(65536).decode("utf-8", "replace")
+    except Exception as exc:  # pylint: disable=broad-except
+        code = getattr(exc, "code", None)
+        if code is None:
+            return False, "no answer (%s)" % getattr(exc, "reason", exc)
+        try:
+            body = exc.read().decode("utf-8", "replace")
+        except Exception:  # pylint: disable=broad-except
+            body = ""
+    status = ""
+    if body:
+        try:
+            status = json.loads(body).get("status") or ""
+        except (ValueError, AttributeError):
+            status = ""
+    return uw.health_ready(code, body), ("HTTP %s %s" % (code, status)).strip()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            units=dict(type="list", elements="dict", required=True, options=dict(
+                name=dict(type="str", required=True),
+                unit=dict(type="str", required=True),
+                health_url=dict(type="str"),
+                pool=dict(type="bool", default=False),
+            )),
+            timeout=dict(type="float", default=300),
+            interval=dict(type="float", default=0.5),
+            crash_limit=dict(type="int", default=2),
+            failed_grace=dict(type="float", default=15),
+            observe=dict(type="float", default=0),
+            fail_on_crash=dict(type="bool", default=True),
+            journal_lines=dict(type="int", default=40),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    if not 0 < p["interval"] <= 1:
+        module.fail_json(msg="interval must be > 0 and <= 1 (got %s)" % p["interval"])
+    systemctl = module.get_bin_path("systemctl", required=True)
+    journalctl = module.get_bin_path("journalctl")
+    tracks = [uw.UnitTrack(u["name"], u["unit"], u.get("health_url"), u.get("pool")) for u in p["units"]]
+    start = time.monotonic()
+    window = p["observe"] if p["observe"] > 0 else p["timeout"]
+    crashed = []
+    while True:
+        now = time.monotonic()
+        for track in tracks:
+            rc, out, _err = module.run_command([systemctl, "show", "-p", ",".join(uw.SHOW_PROPERTIES), track.unit])
+            track.update(uw.parse_show(out) if rc == 0 else {}, now)
+            if track.health_url and (p["observe"] > 0 or track.ready_after is None):
+                ok, track.health = get_health(track.health_url, timeout=min(2.0, max(0.5, p["interval"] * 2)))
+                if ok and track.ready_after is None:
+                    track.ready_after = now - start
+            if track.crashed(now, p["crash_limit"], p["failed_grace"]) and track.name not in crashed:
+                crashed.append(track.name)
+        if p["observe"] <= 0 and (crashed or all(t.ready_after is not None or not t.health_url for t in tracks)):
+            break
+        if now - start >= window:
+            break
+        time.sleep(p["interval"])
+
+    journal = {}
+    for track in tracks:
+        if track.name in crashed and journalctl:
+            _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "-n",
+                                                 str(p["journal_lines"]), "-u", track.unit])
+            journal[track.name] = out
+    reports = [t.report() for t in tracks]
+    result = dict(
+        changed=False,
+        units=reports,
+        ready=[r["name"] for r in reports if r["ready"]],
+        not_ready=[r["name"] for r in reports if not r["ready"] and any(t.health_url for t in tracks if t.name == r["name"])],
+        crashed=crashed,
+        journal=journal,
+        elapsed_s=round(time.monotonic() - start, 2),
+    )
+    if crashed and p["fail_on_crash"] and p["observe"] <= 0:
+        lines = []
+        for report in reports:
+            if report["name"] in crashed:
+                lines.append("worker %s crashed while starting: %s" % (report["name"], uw.describe(report)))
+                lines.append("last journal lines of %s:\n%s" % (report["unit"], journal.get(report["name"], "")))
+        module.fail_json(msg="\n".join(lines), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

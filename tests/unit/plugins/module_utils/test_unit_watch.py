@@ -1,0 +1,90 @@
+"""module_utils.unit_watch and workers.gpu_order: crash counting, readiness, same-GPU order."""
+from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as uw
+from ansible_collections.kvshare.dynamo.plugins.module_utils import workers
+
+
+def props(active="active", sub="running", n=0, code="", status=""):
+    return {"ActiveState": active, "SubState": sub, "NRestarts": str(n), "ExecMainCode": code,
+            "ExecMainStatus": status, "Result": "success"}
+
+
+def test_parse_show():
+    assert uw.parse_show("ActiveState=active\nNRestarts=3\nbogus\n") == {"ActiveState": "active", "NRestarts": "3"}
+
+
+def test_health_ready():
+    assert uw.health_ready(200, '{"status":"ready","endpoints":[]}')
+    assert uw.health_ready(200, '{"status":"healthy"}')
+    assert uw.health_ready(200, "")
+    assert not uw.health_ready(503, '{"status":"notready"}')
+    assert not uw.health_ready(200, '{"status":"notready"}')
+    assert not uw.health_ready(None, "")
+
+
+def test_two_automatic_restarts_are_a_crash():
+    t = uw.UnitTrack("vllm-a", "dynamo-worker@vllm-a.service")
+    t.update(props(n=4), 0.0)          # restarts before the watch do not count
+    assert not t.crashed(0.0, 2, 15)
+    t.update(props(active="activating", sub="auto-restart", n=5, code="1", status="1"), 1.0)
+    assert t.restarts == 1 and not t.crashed(1.0, 2, 15)
+    t.update(props(active="activating", sub="start", n=6, code="1", status="1"), 2.0)
+    assert t.crashed(2.0, 2, 15)
+    rep = t.report()
+    assert rep["restarts"] == 2 and rep["n_restarts"] == 6 and rep["last_exit"] == "exited 1"
+    assert "2 automatic restart(s) during the watch (NRestarts 6), last exit exited 1" in uw.describe(rep)
+
+
+def test_explicit_restart_resets_the_baseline():
+    """The rollout's no_block restart may land after the watch began: NRestarts drops to 0."""
+    t = uw.UnitTrack("a", "u")
+    t.update(props(n=7), 0.0)
+    t.update(props(active="activating", sub="start", n=0), 0.5)
+    t.update(props(n=1), 1.0)
+    assert t.restarts == 1 and not t.crashed(1.0, 2, 15)
+
+
+def test_a_passing_failed_state_is_no_crash():
+    """A restart whose stop timed out passes through "failed" before its start job runs."""
+    t = uw.UnitTrack("a", "u")
+    t.update(props(active="failed", sub="failed", code="2", status="9"), 0.0)
+    assert not t.crashed(1.0, 2, 15)
+    t.update(props(active="activating", sub="start"), 2.0)
+    assert not t.crashed(30.0, 2, 15)
+    t.update(props(active="failed", sub="failed"), 40.0)   # start limit hit: stays failed
+    assert not t.crashed(50.0, 2, 15)
+    assert t.crashed(55.0, 2, 15)
+
+
+def test_gpu_order_follows_the_start_waves():
+    ws = [{"name": "a", "gpus": ["0"]}, {"name": "m", "gpus": ["1"]}, {"name": "b", "gpus": ["0"]},
+          {"name": "c", "gpus": ["0", "2"]}, {"name": "d", "gpus": ["2"]}, {"name": "x"}]
+    order = workers.gpu_order(ws)
+    assert order["a"] == {"after": None, "before": "b"}
+    assert order["b"] == {"after": "a", "before": "c"}
+    assert order["c"] == {"after": "b", "before": "d"}      # chained through GPU 2
+    assert order["d"] == {"after": "c", "before": None}
+    assert order["m"] == {"after": None, "before": None}
+    assert order["x"] == {"after": None, "before": None}
+    waves = workers.start_waves(ws)
+    for name, rel in order.items():
+        if rel["after"]:
+            assert [i for i, w in enumerate(waves) if rel["after"] in w][0] < [i for i, w in enumerate(waves) if name in w][0]
+
+
+def test_diagnosis_names_pool_units_and_workers():
+    units = uw.diagnosis_units("sb2", ["dynamo_workers", "maru_pool"], [{"name": "vllm-a", "system_port": 18081}], "127.0.10.2")
+    assert [u["unit"] for u in units] == ["maru-resource-manager.service", "maru-server.service", "dynamo-worker@vllm-a.service"]
+    assert units[2]["health_url"] == "http://127.0.10.2:18081/health" and units[1]["pool"]
+    reports = [
+        dict(uw.UnitTrack("maru-server", "maru-server.service", pool=True).report(), active_state="inactive", sub_state="dead"),
+        dict(uw.UnitTrack("vllm-a", "dynamo-worker@vllm-a.service").report(), active_state="active", sub_state="running",
+             restarts=3, n_restarts=9, health="no answer (Connection refused)"),
+        dict(uw.UnitTrack("vllm-b", "dynamo-worker@vllm-b.service").report(), active_state="active", sub_state="running",
+             health="HTTP 200 ready", ready=True),
+    ]
+    lines = uw.diagnosis_lines("sb2", reports)
+    assert lines == [
+        "pool unit maru-server.service on sb2: inactive/dead",
+        "worker dynamo-worker@vllm-a.service on sb2: restarted 3 time(s) while watched (NRestarts 9), "
+        "/health no answer (Connection refused)",
+    ]
