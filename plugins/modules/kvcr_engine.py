@@ -99,9 +99,11 @@ def main():
     if not pids:
         module.fail_json(msg="no process matching %r in %s (cgroup %r)" % (p["pattern"], p["unit"], cgroup), **result)
     if module.check_mode:
-        module.exit_json(**dict(result, killed=[], changed=True))
+        result.update(killed=[], changed=True)
+        module.exit_json(**result)
     killed, _gone = kvcr.kill_pids([x["pid"] for x in pids])
-    module.exit_json(**dict(result, killed=killed, changed=bool(killed)))
+    result.update(killed=killed, changed=bool(killed))
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":
