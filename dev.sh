@@ -3,8 +3,9 @@
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
 #   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule
 #                      (create, converge, idempotence, verify, then the hosts are removed)
-# Other targets: bootstrap, lint, unit, build, molecule, verify, bench (after sandbox), faults (own
-# sandbox copy), faults-here (on the molecule hosts, after `molecule converge`), day2, destroy.
+# Other targets: bootstrap, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
+# molecule, verify, bench (after sandbox), faults (own sandbox copy), faults-here (on the molecule
+# hosts, after `molecule converge`), day2, destroy.
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$PWD
@@ -12,11 +13,23 @@ VENV=${KVSHARE_VENV:-$REPO/.venv}
 export KVSHARE_SANDBOX_DIR=${KVSHARE_SANDBOX_DIR:-/var/tmp/kvshare-sandbox}
 # Upstream sources CI cannot fetch (the Maru archive at the pinned commit): shared/ beside the checkout.
 KVSHARE_UPSTREAM_DIR=${KVSHARE_UPSTREAM_DIR:-$REPO/../shared/upstream}
-export KVSHARE_UPSTREAM_DIR=$(cd "$KVSHARE_UPSTREAM_DIR" 2>/dev/null && pwd || echo "$KVSHARE_UPSTREAM_DIR")
+KVSHARE_UPSTREAM_DIR=$(cd "$KVSHARE_UPSTREAM_DIR" 2>/dev/null && pwd || echo "$KVSHARE_UPSTREAM_DIR")
+export KVSHARE_UPSTREAM_DIR
 export PATH="$VENV/bin:$PATH"
 export ANSIBLE_FORCE_COLOR=${ANSIBLE_FORCE_COLOR:-0}
 
-APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs python3-venv openssh-client ca-certificates git)
+APT_PACKAGES=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs python3-venv openssh-client ca-certificates git
+  shellcheck)
+
+# ansible.cfg's collections_path (./collections) finds kvshare.dynamo through this link to the
+# checkout. It is not in git (ansible-test refuses a committed self-link); every target makes it,
+# and tests/conftest.py does for a bare pytest run.
+link_collection() {
+  [ -L collections/ansible_collections/kvshare/dynamo ] && return 0
+  mkdir -p collections/ansible_collections/kvshare
+  ln -sfn ../../.. collections/ansible_collections/kvshare/dynamo
+}
+link_collection
 
 bootstrap() {
   local missing=()
@@ -53,6 +66,68 @@ unit() {
   python -m pytest -q tests
   echo "== playbook coverage"
   python tests/playbook_coverage.py
+}
+
+# A throwaway DEST/ansible_collections/kvshare/dynamo, the path ansible-test and antsibull-docs need:
+# from the built artifact (ARTIFACT given) or from git's files (tracked and new, not ignored).
+collection_tree() {
+  local dest=$1/ansible_collections/kvshare/dynamo
+  mkdir -p "$dest"
+  if [ -n "${2:-}" ]; then
+    tar -xzf "$2" -C "$dest"
+  else
+    git ls-files -co --exclude-standard -z | while IFS= read -r -d '' f; do
+      if [ -e "$f" ] || [ -L "$f" ]; then printf '%s\0' "$f"; fi
+    done | tar --null -T - -cf - | tar -xf - -C "$dest"
+  fi
+}
+
+# ansible-test bootstraps pip in its virtualenvs with a script from a host CI cannot reach; its error
+# names the cache path of a local replacement. This one takes pip from ensurepip, then the pip
+# version ansible-test asks for from the package index.
+sanity_pip_bootstrap() {
+  local version cache
+  version=$(sed -n "s/^ *pip='\([0-9.]*\)',.*/\1/p" "$(python -c 'import ansible_test, os; print(os.path.dirname(ansible_test.__file__))')/_internal/python_requirements.py")
+  cache=$HOME/.ansible/test/cache/get_pip_${version//./_}.py
+  [ -f "$cache" ] && return 0
+  mkdir -p "$(dirname "$cache")"
+  cat >"$cache" <<'PY'
+"""Local stand-in for get-pip.py (written by kvshare.dynamo's dev.sh): ensurepip, then pip install ARGS."""
+import subprocess
+import sys
+
+ARGS = [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
+subprocess.check_call([sys.executable, "-m", "ensurepip", "--default-pip"], stdout=subprocess.DEVNULL)
+subprocess.check_call([sys.executable, "-m", "pip", "install", "-q"] + ARGS)
+PY
+}
+
+# ansible-test sanity (every test, Python 3.11 only, no ignore file) on the built artifact, then on
+# the checkout's files the artifact leaves out (tests/, bench/, sandbox/, ...): together every
+# file of the checkout, each tested once. Then antsibull-docs lint-collection-docs on the artifact.
+sanity() {
+  echo "== ansible-test sanity (artifact, then the rest of the checkout) + antsibull-docs lint"
+  local out python_version rc=0
+  python_version=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ -s "tests/sanity/ignore-$(python -c 'from ansible.release import __version__ as v; print(".".join(v.split(".")[:2]))').txt" ]; then
+    echo "tests/sanity/ignore-*.txt must stay empty"; return 1
+  fi
+  sanity_pip_bootstrap
+  out=$(mktemp -d)
+  ansible-galaxy collection build --force --output-path "$out" . >/dev/null
+  collection_tree "$out/artifact" "$out"/kvshare-dynamo-*.tar.gz
+  collection_tree "$out/checkout"
+  (cd "$out/artifact/ansible_collections/kvshare/dynamo" && find . -type f | sed 's|^\./||' | sort) >"$out/shipped"
+  (cd "$out/checkout/ansible_collections/kvshare/dynamo" && find . \( -type f -o -type l \) | sed 's|^\./||' | sort) >"$out/all"
+  comm -23 "$out/all" "$out/shipped" >"$out/unshipped"
+  (cd "$out/artifact/ansible_collections/kvshare/dynamo" &&
+     ansible-test sanity --venv --python "$python_version" --color no) || rc=1
+  (cd "$out/checkout/ansible_collections/kvshare/dynamo" &&
+     xargs -a "$out/unshipped" -d '\n' ansible-test sanity --venv --python "$python_version" --color no) || rc=1
+  (cd "$out/artifact/ansible_collections/kvshare/dynamo" &&
+     antsibull-docs lint-collection-docs --plugin-docs .) || rc=1
+  rm -rf "$out"
+  return $rc
 }
 
 build() {
@@ -117,24 +192,25 @@ day2() {
 
 sandbox() {
   echo "== sandbox hosts"
-  ansible-playbook sandbox/create.yml
+  ansible-playbook -i inventories/sandbox sandbox/create.yml
   echo "== site.yml"
-  ansible-playbook site.yml
+  ansible-playbook -i inventories/sandbox site.yml
   echo "== verify.yml"
-  ansible-playbook verify.yml
+  ansible-playbook -i inventories/sandbox verify.yml
 }
 
 case "${1:-}" in
   bootstrap) bootstrap ;;
   sandbox) bootstrap; sandbox ;;
-  verify) ansible-playbook verify.yml ;;
+  verify) ansible-playbook -i inventories/sandbox verify.yml ;;
   bench) bootstrap; python bench/bench.py "${@:2}" ;;
   faults) bootstrap; faults "${@:2}" ;;
   faults-here) bootstrap; faults_on_molecule_hosts ;;
   day2) bootstrap; day2 "${@:2}" ;;
-  destroy) ansible-playbook sandbox/destroy.yml ;;
+  destroy) ansible-playbook -i inventories/sandbox sandbox/destroy.yml ;;
   lint) bootstrap; lint ;;
   unit) bootstrap; unit ;;
+  sanity) bootstrap; sanity ;;
   build) bootstrap; build ;;
   molecule) bootstrap; molecule_test ;;
   test)
@@ -142,7 +218,7 @@ case "${1:-}" in
     start=$(date +%s); results=(); logs=$(mktemp -d)
     # The fault suite (./dev.sh faults) is not in this list: with real Maru and three vLLM engines
     # the whole run no longer fits CI's 45 minutes (docs/development.md).
-    for step in lint unit build molecule_keep; do
+    for step in lint sanity unit build molecule_keep; do
       t0=$(date +%s)
       if "$step" 2>&1 | tee "$logs/$step.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
         results+=("PASS $step ($(( $(date +%s) - t0 )) s)")
