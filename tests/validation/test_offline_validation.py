@@ -15,7 +15,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
-INVENTORIES = ["single_node", "two_node_kvcr"]
+INVENTORIES = ["single_node", "two_node_kvcr", "sample"]
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ansible-playbook")),
                                 reason="ansible-playbook not in the venv")
@@ -43,7 +43,7 @@ def test_offline_validation_passes(tmp_path, inventory):
     assert "skipped offline: etcd_client_port/etcd_peer_port" in out
     assert "skipped offline: dynamo_frontend_http_port" in out
     assert "skipped offline: dynamo_workers on" in out
-    if inventory == "single_node":
+    if inventory in ("single_node", "sample"):
         assert "skipped offline: maru_pool on gpu-node-1" in out
 
 
