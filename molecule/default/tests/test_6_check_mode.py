@@ -1,0 +1,16 @@
+"""`site.yml --check` on the converged stack: rc 0 and nothing it would change (the run on fresh
+hosts, before converge, is the scenario's `check` step)."""
+import re
+
+from conftest import ansible_playbook
+
+
+def test_check_mode_on_the_converged_stack_changes_nothing():
+    res = ansible_playbook("site.yml", "--check", timeout=900)
+    out = res.stdout
+    assert res.returncode == 0, out[-4000:] + res.stderr[-2000:]
+    recap = dict(re.findall(r"^(\S+)\s+:\s+ok=\d+\s+changed=(\d+)", out.split("PLAY RECAP", 1)[-1], re.M))
+    assert recap and set(recap) >= {"sb1", "sb2", "sb3"}, out[-2000:]
+    changed = {h: int(n) for h, n in recap.items() if int(n)}
+    assert not changed, "check mode on the converged stack would change %s:\n%s" % (
+        changed, "\n".join(line for line in out.splitlines() if line.startswith("changed:"))[-4000:])
