@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Developer entry point for kvshare.dynamo (run as root on Debian 12).
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
-#   ./dev.sh test      everything CI runs: yamllint, ansible-lint, pytest, collection build, molecule
-#                      (create, converge, idempotence, verify, then the hosts are removed)
-# Other targets: bootstrap, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
+#   ./dev.sh test      everything CI runs: yamllint, ansible-lint, ansible-test sanity + antsibull-docs
+#                      lint, pytest, collection build, molecule (create, converge, idempotence, verify,
+#                      then the hosts are removed)
+# Other targets: bootstrap, link, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
 # molecule, verify, bench (after sandbox), faults (own sandbox copy), faults-here (on the molecule
 # hosts, after `molecule converge`), day2, destroy.
 set -euo pipefail
@@ -201,6 +202,8 @@ sandbox() {
 
 case "${1:-}" in
   bootstrap) bootstrap ;;
+  link) ;;  # link_collection above: ansible.cfg's collections_path finds this checkout
+  link) ;;  # link_collection above: ansible.cfg's collections_path finds this checkout
   sandbox) bootstrap; sandbox ;;
   verify) ansible-playbook -i inventories/sandbox verify.yml ;;
   bench) bootstrap; python bench/bench.py "${@:2}" ;;
@@ -232,5 +235,5 @@ case "${1:-}" in
     echo "== summary ($(( $(date +%s) - start )) s)"; printf '%s\n' "${results[@]}"
     grep -h -E "^bad inputs rejected|^faults survived|^nothing lost" "$logs"/*.log || true
     ;;
-  *) sed -n '2,6p' "$0"; exit 2 ;;
+  *) sed -n '2,9p' "$0"; exit 2 ;;
 esac
