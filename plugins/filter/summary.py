@@ -41,12 +41,13 @@ def stack_summary(groups, hostvars, inventory=""):
             rows.append((host, ",".join(str(g) for g in worker.get("gpus") or []) or "-", worker.get("name", "?"),
                          worker.get("engine", "vllm"), model or "-", worker.get("system_port", "-"), _pool(worker)))
     inv = " -i %s" % inventory if inventory else ""
-    lines = ["kvshare.dynamo: stack rolled out",
-             "frontend: %s  (OpenAI API: %s/v1/models, %s/v1/chat/completions)" % (url or "none", url, url)
-             if url else "frontend: none in this inventory",
-             "workers: %d on %d host(s), models: %s" % (len(rows) - 1, len(groups.get("dynamo_workers") or []),
-                                                       ", ".join(sorted(m for m in models if m)) or "none"),
-             ""]
+    frontend = "frontend: none in this inventory"
+    if url:
+        frontend = "frontend: %s  (OpenAI API: %s/v1/models, %s/v1/chat/completions)" % (url, url, url)
+    named = ", ".join(sorted(m for m in models if m)) or "none"
+    hosts = len(groups.get("dynamo_workers") or [])
+    lines = ["kvshare.dynamo: stack rolled out", frontend,
+             "workers: %d on %d host(s), models: %s" % (len(rows) - 1, hosts, named), ""]
     if len(rows) > 1:
         lines += _table(rows) + [""]
     lines += ["next:",

@@ -3,6 +3,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 
 from __future__ import absolute_import, division, print_function
 
@@ -20,7 +21,7 @@ description:
     the watch (C(NRestarts); C(Restart=always) otherwise hides the exits), or when it stays
     C(failed) for O(failed_grace) seconds (start limit hit). A crash ends the watch at once and
     fails the task with the unit's last journal lines, unless O(fail_on_crash=false).
-  - With O(observe) greater than 0 the module does not stop at readiness: it samples for that many
+  - With O(observe) greater than 0 the module does not stop at readiness; it samples for that many
     seconds and reports what it saw (restarts during the window, states, health), for diagnosis.
   - A watch that runs out of time without a crash does not fail; the caller reads RV(not_ready).
 version_added: "0.1.0"
@@ -80,8 +81,10 @@ notes:
   - Read-only; supports check mode.
 attributes:
   check_mode:
+    description: Runs in check mode and reports the same (it only reads unit state and /health).
     support: full
   diff_mode:
+    description: Returns no diff.
     support: none
 """
 
