@@ -6,39 +6,29 @@
 """Filters for the firewall role (kvshare.dynamo.firewall_*); logic in plugins/module_utils/firewall.py.
 
 The ports come from the variables the service roles use: a host's own (inventory) value, else the
-default in that role's defaults/main.yml, read here from this collection's roles/ directory, so
-no port number is repeated in the firewall role."""
+default from the stack contract (kvshare_service_defaults, roles/kvshare), which the role passes in,
+so no port number is repeated in the firewall role and no role file is read here."""
 
 from __future__ import annotations
 
-import os
 
-import yaml
 from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
 
-ROLES_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "roles")
-_DEFAULTS_CACHE = {}
-
-
-def role_defaults(roles_dir=None):
-    """{variable: default} for the variables of _fw.ROLE_DEFAULT_KEYS, from roles/<role>/defaults/main.yml."""
-    roles_dir = roles_dir or ROLES_DIR
-    if roles_dir not in _DEFAULTS_CACHE:
-        out = {}
-        for role, keys in _fw.ROLE_DEFAULT_KEYS.items():
-            path = os.path.join(roles_dir, role, "defaults", "main.yml")
-            try:
-                with open(path) as fh:
-                    data = yaml.safe_load(fh) or {}
-            except (OSError, yaml.YAMLError) as exc:
-                raise AnsibleFilterError("firewall: cannot read the %s role's defaults (%s): %s" % (role, path, exc))
-            for key in keys:
-                if key not in data:
-                    raise AnsibleFilterError("firewall: %s is no longer a default of the %s role (%s)" % (key, role, path))
-                out[key] = data[key]
-        _DEFAULTS_CACHE[roles_dir] = out
-    return dict(_DEFAULTS_CACHE[roles_dir])
+def role_defaults(service_defaults):
+    """{variable: default} for the variables of _fw.ROLE_DEFAULT_KEYS, from the stack contract
+    (kvshare_service_defaults, roles/kvshare), plus the kvcr rule this plan evaluates."""
+    out = {}
+    for role, keys in _fw.ROLE_DEFAULT_KEYS.items():
+        for key in keys:
+            if key == "kvcr_state_agent_enabled":
+                out[key] = _fw.KVCR_STATE_AGENT_DEFAULT
+            elif key not in (service_defaults or {}):
+                raise AnsibleFilterError("firewall: %s (the %s role's service default) is missing from "
+                                         "kvshare_service_defaults (roles/kvshare)" % (key, role))
+            else:
+                out[key] = service_defaults[key]
+    return out
 
 
 class _HostView:
@@ -74,10 +64,12 @@ class _HostVarsView:
         return _HostView(self._hostvars, host)
 
 
-def firewall_plan(hostvars, host, groups, options):
-    """The firewall plan of ``host`` (see module_utils.firewall.host_plan)."""
+def firewall_plan(hostvars, host, groups, options, service_defaults):
+    """The firewall plan of ``host`` (see module_utils.firewall.host_plan); ``service_defaults``: the
+    stack contract kvshare_service_defaults."""
     try:
-        return _fw.host_plan(str(host), dict(groups), _HostVarsView(hostvars), dict(options or {}), role_defaults())
+        return _fw.host_plan(str(host), dict(groups), _HostVarsView(hostvars), dict(options or {}),
+                             role_defaults(service_defaults))
     except _fw.FirewallError as exc:
         raise AnsibleFilterError(str(exc))
 

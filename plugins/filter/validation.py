@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
@@ -47,14 +48,22 @@ def _host_lookup(hostvars, host):
     return lookup
 
 
-def service_ports(host, groups, hostvars, role_defaults):
+def _role_defaults(service_defaults):
+    """role -> {variable: default} for module_utils.ports from the stack contract (kvshare_service_defaults),
+    with the kvcr role's state agent rule as that role writes it."""
+    defaults = dict(service_defaults or {}, kvcr_state_agent_enabled=_fw.KVCR_STATE_AGENT_DEFAULT)
+    return dict((role, defaults) for role in _ports.SERVICE_ROLES)
+
+
+def service_ports(host, groups, hostvars, service_defaults):
     """The ports the collection's services listen on on ``host`` (see module_utils.ports.host_service_ports)."""
-    return _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host), role_defaults)[0]
+    return _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host), _role_defaults(service_defaults))[0]
 
 
-def worker_service_port_errors(workers, host, groups, hostvars, role_defaults):
+def worker_service_port_errors(workers, host, groups, hostvars, service_defaults):
     """Workers of ``host`` asking for a port another service of the host listens on (defaults included)."""
-    found, errors = _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host), role_defaults)
+    found, errors = _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host),
+                                              _role_defaults(service_defaults))
     return errors + _ports.worker_port_errors(str(host), workers, found)
 
 

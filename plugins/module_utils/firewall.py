@@ -9,8 +9,8 @@ Stdlib only. Used on the controller by the ``kvshare.dynamo.firewall_*`` filters
 ships it to a host.
 
 Every port comes from the variables the service roles already use (host or group variables of
-the inventory, else the service role's own default, read from its ``defaults/main.yml`` by the
-filter and passed in as ``role_defaults``); nothing here repeats a port number, except the
+the inventory, else the service's default from the stack contract (kvshare_service_defaults in
+roles/kvshare), passed in as ``role_defaults``); nothing here repeats a port number, except the
 perftest default (``ib_write_bw`` has no variable for it in rdma_ucx).
 
 Sources are the service hosts' addresses (``kvshare_bind_address``, else the host's default IPv4
@@ -62,7 +62,7 @@ __all__ = [
 ]
 
 # The variables of the other roles this plan reads, per role: a host's own value wins, else the
-# role default (from roles/<role>/defaults/main.yml).
+# default from the stack contract (kvshare_service_defaults, roles/kvshare).
 ROLE_DEFAULT_KEYS = {
     "etcd": ("etcd_group_name", "etcd_client_port", "etcd_peer_port"),
     "etcd_client": ("etcd_client_proxy_enabled", "etcd_client_proxy_port"),

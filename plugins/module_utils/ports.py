@@ -217,7 +217,8 @@ def clash_text(clash, variable, host=None):
 # Every port a service of this collection listens on, and on which hosts: the role whose
 # defaults/main.yml holds the default, the variable, the group whose hosts run the service (a
 # group name, or the variable that names it) and the variable that switches it on (None: always).
-# The values themselves are never written here: the caller passes the roles' defaults.
+# The values themselves are never written here: the caller passes the stack contract's defaults
+# (kvshare_service_defaults, roles/kvshare).
 SERVICE_PORTS = (
     {"role": "dynamo_frontend", "variable": "dynamo_frontend_http_port", "service": "the frontend's HTTP API",
      "group": "dynamo_frontend"},

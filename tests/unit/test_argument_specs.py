@@ -43,3 +43,39 @@ def test_preflight_entry_point_validates_the_same_options(role):
     if os.path.exists(os.path.join(REPO, "roles", role, "tasks", "preflight.yml")):
         assert "preflight" in specs, "%s: tasks/preflight.yml has no argument_specs entry point" % role
         assert specs["preflight"]["options"].keys() == specs["main"]["options"].keys()
+
+
+def _contract():
+    return _load("kvshare", "defaults", "main.yml")["kvshare_service_defaults"]
+
+
+def _is_template(value):
+    return isinstance(value, str) and "{{" in value
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_default_values_match_argument_specs(role):
+    """The value in defaults/main.yml is the argument spec's default. A default that reads the stack
+    contract (roles/kvshare) is compared with the contract's value; a computed (Jinja) default is
+    either repeated verbatim in the spec or left out there (computed, described in words); a
+    default of null means the option has none."""
+    defaults = _load(role, "defaults", "main.yml") or {}
+    options = _load(role, "meta", "argument_specs.yml")["argument_specs"]["main"].get("options", {})
+    contract = _contract()
+    wrong = []
+    for name, value in defaults.items():
+        option = options.get(name, {})
+        has_default = "default" in option
+        spec = option.get("default")
+        reference = "{{ kvshare_service_defaults.%s }}" % name
+        if value == reference:
+            ok = has_default and name in contract and spec == contract[name]
+        elif _is_template(value):
+            ok = not has_default or spec == value
+        elif value is None:
+            ok = not has_default or spec is None
+        else:
+            ok = has_default and spec == value and type(spec) is type(value)
+        if not ok:
+            wrong.append("%s: defaults/main.yml %r, argument_specs %s" % (name, value, repr(spec) if has_default else "(no default)"))
+    assert wrong == [], "%s: default values differ:\n  %s" % (role, "\n  ".join(wrong))

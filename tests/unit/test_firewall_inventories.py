@@ -27,6 +27,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN = os.path.dirname(sys.executable)
 with open(os.path.join(REPO, "roles", "firewall", "defaults", "main.yml")) as _fh:
     FIREWALL_DEFAULTS = yaml.safe_load(_fh)
+with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as _fh:
+    CONTRACT = yaml.safe_load(_fh)["kvshare_service_defaults"]
 
 ANY = ["0.0.0.0/0", "::/0"]
 SB = ["127.0.10.1", "127.0.10.2", "127.0.10.3"]
@@ -59,7 +61,7 @@ def tables(name, host_vars=None, **overrides):
     hostvars, groups = load(name, host_vars)
     out = {}
     for host in sorted(groups["all"]):
-        plan = ffw.firewall_plan(hostvars, host, groups, options(hostvars, host, **overrides))
+        plan = ffw.firewall_plan(hostvars, host, groups, options(hostvars, host, **overrides), CONTRACT)
         assert plan["errors"] == [], plan["errors"]
         out[host] = fw.port_table(plan)
     return out

@@ -1,11 +1,18 @@
 """Unit tests for the firewall plan in plugins/module_utils/firewall.py (plain-dict inventories)."""
+import os
+
 import pytest
+import yaml
 
 from ansible_collections.kvshare.dynamo.plugins.filter import firewall as ffw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as fw
 
-# The real role defaults (roles/*/defaults/main.yml), as the filter reads them.
-DEFAULTS = ffw.role_defaults()
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
+
+# The real service defaults (the stack contract, roles/kvshare), as the firewall role passes them.
+with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as _fh:
+    CONTRACT = yaml.safe_load(_fh)["kvshare_service_defaults"]
+DEFAULTS = ffw.role_defaults(CONTRACT)
 
 OPTIONS = {"policy": "drop", "table": "kvshare", "loopback_accept": "interface", "ssh_port": 22,
            "ssh_sources": ["0.0.0.0/0", "::/0"], "frontend_sources": [], "metrics_sources": [],
@@ -241,3 +248,23 @@ def test_parsers():
     assert fw.parse_port(True) is None and fw.parse_port("22") == 22 and fw.parse_port(0) is None
     assert fw.parse_port_range(" 1 - 2 ") == (1, 2) and fw.parse_port_range(80) == (80, 80)
     assert fw.parse_port_range("2-1") is None and fw.parse_port_range(None) is None
+
+
+def test_service_roles_read_their_defaults_from_the_contract():
+    """Each service variable is defined once, in roles/kvshare; its role's default reads that entry,
+    and the kvcr state agent rule is the one the plan evaluates."""
+    for role, keys in fw.ROLE_DEFAULT_KEYS.items():
+        with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as fh:
+            defaults = yaml.safe_load(fh)
+        for key in keys:
+            if key == "kvcr_state_agent_enabled":
+                assert defaults[key] == fw.KVCR_STATE_AGENT_DEFAULT
+            else:
+                assert key in CONTRACT, key
+                assert defaults[key] == "{{ kvshare_service_defaults.%s }}" % key, (role, key)
+
+
+def test_a_contract_without_a_service_default_is_refused():
+    from ansible.errors import AnsibleFilterError
+    with pytest.raises(AnsibleFilterError, match="etcd_client_port"):
+        ffw.role_defaults(dict((k, v) for k, v in CONTRACT.items() if k != "etcd_client_port"))

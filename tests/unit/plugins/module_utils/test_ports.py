@@ -110,12 +110,11 @@ REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..",
 
 
 def role_defaults():
-    """The real defaults of the service roles (what validate.yml loads with include_vars)."""
-    out = {}
-    for role in ports.SERVICE_ROLES:
-        with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as fh:
-            out[role] = yaml.safe_load(fh)
-    return out
+    """The real service defaults (the stack contract, roles/kvshare), as validate.yml passes them."""
+    from ansible_collections.kvshare.dynamo.plugins.filter import validation
+
+    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as fh:
+        return validation._role_defaults(yaml.safe_load(fh)["kvshare_service_defaults"])
 
 
 GROUPS = {"etcd": ["a", "b"], "dynamo": ["a", "b", "c"], "dynamo_frontend": ["a"], "dynamo_workers": ["b", "c"],
