@@ -203,7 +203,6 @@ sandbox() {
 case "${1:-}" in
   bootstrap) bootstrap ;;
   link) ;;  # link_collection above: ansible.cfg's collections_path finds this checkout
-  link) ;;  # link_collection above: ansible.cfg's collections_path finds this checkout
   sandbox) bootstrap; sandbox ;;
   verify) ansible-playbook -i inventories/sandbox verify.yml ;;
   bench) bootstrap; python bench/bench.py "${@:2}" ;;

@@ -73,7 +73,7 @@ def table():
     for name in playbooks():
         direct = sorted(refs[name])
         via = [] if direct else sorted({r for parent in imported_by.get(name, []) for r in refs.get(parent, ())})
-        rows.append((name, direct, [p for p in imported_by.get(name, [])] if via else [], via))
+        rows.append((name, direct, list(imported_by.get(name, [])) if via else [], via))
     return rows
 
 

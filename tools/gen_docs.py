@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/env python
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
@@ -145,7 +145,7 @@ def role_readme(role):
     if tags:
         out += ["## Tags", "", "| tag | runs |", "|---|---|"]
         for tag in sorted(tags):
-            out.append("| `%s` | %s |" % (tag, "; ".join(sorted({name for _, name in tags[tag] if name})) or ""))
+            out.append("| `%s` | %s |" % (tag, "; ".join(sorted({name for dummy, name in tags[tag] if name})) or ""))
         out.append("")
     out += ["## Variables", "", "| variable | type | default | description |", "|---|---|---|---|"]
     for name, option in sorted((main.get("options") or {}).items()):
@@ -168,8 +168,8 @@ def tags_doc():
            "(the inventory validation, the exported environment). `--list-tags` shows the same set.", "",
            "| tag | where | what |", "|---|---|---|"]
     for tag in sorted(found):
-        where = sorted({place for place, _ in found[tag]})
-        what = sorted({name for _, name in found[tag] if name})
+        where = sorted({place for place, dummy in found[tag]})
+        what = sorted({name for dummy, name in found[tag] if name})
         out.append("| `%s` | %s | %s |" % (tag, ", ".join("`%s`" % w for w in where), "; ".join(what)))
     out += ["", "%d tags." % len(found), ""]
     return "\n".join(out)

@@ -21,7 +21,7 @@ def test_bind_address_is_the_first_two_steps():
 
 def test_frontend_url():
     hostvars = {"fe": {"kvshare_bind_address": "127.0.10.1"}, "fe2": {"dynamo_frontend_http_host": "127.0.0.5",
-                                                                       "dynamo_frontend_http_port": 9000}}
+                                                                      "dynamo_frontend_http_port": 9000}}
     assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe"]}) == "http://127.0.10.1:8000"
     assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe2", "fe"]}) == "http://127.0.0.5:9000"
     assert stack.frontend_url(hostvars, {"dynamo_frontend": []}) == ""
