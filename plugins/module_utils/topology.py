@@ -515,3 +515,63 @@ def discover(sysfs_root="/", query_gpu_output=None, topo_output=None,
         "topo_present": topo is not None,
         "settings": {"exclude_bond_devices": bool(exclude_bond_devices), "link_layer": link_layer},
     }
+
+
+def _override_device(value):
+    """An rdma_ucx_hca_overrides value as (device "hca:port", hca, port)."""
+    dev = value if ":" in value else value + ":1"
+    name, port = dev.split(":")[0], dev.split(":")[1]
+    return dev, name, port
+
+
+def gpu_plan(topology, hca_overrides=None):
+    """The per-GPU UCX plan of rdma_ucx: the topology's GPUs with the inventory's HCA overrides
+    (keys: GPU index as a string) applied, plus one entry per override for a GPU the topology does
+    not have (hosts without hardware). Sorted by GPU index.
+
+    An override keeps the GPU's discovered path facts only when it names the discovered HCA and
+    port; otherwise link layer and netdevs come from the named HCA (when known) and the path class
+    is unknown.
+    """
+    topology = topology or {}
+    overrides = hca_overrides or {}
+    gpus = topology.get("gpus") or []
+    hcas = topology.get("hcas") or []
+    known = [str(gpu["index"]) for gpu in gpus]
+    plan = []
+    for gpu in gpus:
+        value = overrides.get(str(gpu["index"]), "")
+        if not value:
+            plan.append(gpu)
+            continue
+        dev, name, port = _override_device(value)
+        hca = [h for h in hcas if h["name"] == name]
+        same = gpu["hca"] == name and str(gpu["port"]) == port
+        if same:
+            link_layer, netdevs = gpu["link_layer"], gpu["netdevs"]
+        elif hca:
+            layers = [p.get("link_layer") for p in hca[0]["ports"] if p["port"] == int(port)]
+            link_layer = layers[0] if layers else None
+            netdevs = [n["name"] for n in hca[0]["netdevs"]]
+        else:
+            link_layer, netdevs = None, []
+        entry = dict(gpu)
+        entry.update({
+            "hca": name, "port": int(port), "ucx_net_devices": dev, "source": "override",
+            "hca_is_mlx5": hca[0]["is_mlx5"] if hca else name.startswith("mlx5"),
+            "link_layer": link_layer, "netdevs": netdevs,
+            "path_class": gpu["path_class"] if same else None,
+            "topo_class": gpu.get("topo_class") if same else None,
+            "acs_bridges": gpu["acs_bridges"] if same else [],
+        })
+        plan.append(entry)
+    for key in sorted(overrides, key=lambda k: str(k).lower()):
+        if str(key) in known:
+            continue
+        dev, name, port = _override_device(overrides[key])
+        plan.append({"index": int(key), "uuid": "", "bus_id": None, "numa_node": -1,
+                     "hca": name, "port": int(port), "ucx_net_devices": dev,
+                     "hca_is_mlx5": dev.startswith("mlx5"), "link_layer": None, "netdevs": [], "path_class": None,
+                     "acs_bridges": [], "source": "override",
+                     "warnings": ["GPU not discovered on this host; from rdma_ucx_hca_overrides only"]})
+    return sorted(plan, key=lambda entry: entry["index"])

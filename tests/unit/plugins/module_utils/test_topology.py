@@ -295,3 +295,28 @@ def test_fixture_trees_are_reproducible(tmp_path):
     for (case_name, f), text in before.items():
         with open(str(work / case_name / f)) as handle:
             assert handle.read() == text, (case_name, f)
+
+
+# ------------------------------------------------------------------ rdma_ucx's per-GPU plan (was gpu_plan.json.j2)
+
+def test_gpu_plan_without_overrides_is_the_topology(case):
+    from ansible_collections.kvshare.dynamo.plugins.module_utils.topology import gpu_plan
+    topo = discover(*case("dgx_h100"))
+    assert gpu_plan(topo, {}) == sorted(topo["gpus"], key=lambda g: g["index"])
+
+
+def test_gpu_plan_overrides(case):
+    from ansible_collections.kvshare.dynamo.plugins.filter.rdma_ucx import rdma_ucx_gpu_plan
+    topo = discover(*case("two_socket"))
+    gpus = by_index(topo)
+    plan = dict((g["index"], g) for g in rdma_ucx_gpu_plan(topo, {"0": "mlx5_0", "1": gpus[1]["ucx_net_devices"],
+                                                                  "7": "mlx5_9:2"}))
+    # another HCA: its port, link layer and netdevs; the discovered path no longer applies
+    assert plan[0]["ucx_net_devices"] == "mlx5_0:1" and plan[0]["source"] == "override"
+    assert plan[0]["path_class"] is None and plan[0]["acs_bridges"] == [] and plan[0]["hca_is_mlx5"] is True
+    # the discovered HCA and port: path facts kept
+    assert plan[1]["path_class"] == gpus[1]["path_class"] and plan[1]["link_layer"] == gpus[1]["link_layer"]
+    # a GPU the topology does not have: from the override only
+    assert plan[7]["bus_id"] is None and plan[7]["port"] == 2 and plan[7]["hca"] == "mlx5_9"
+    assert plan[7]["warnings"] == ["GPU not discovered on this host; from rdma_ucx_hca_overrides only"]
+    assert list(plan) == sorted(plan)
