@@ -308,6 +308,269 @@ def _perftest_port(extra_args):
     return PERFTEST_DEFAULT_PORT
 
 
+class _PlanBuilder:
+    """The rules, local-only ports and errors of one host's plan as its sections add them."""
+
+    def __init__(self, host, inv):
+        self.host, self.inv = host, inv
+        self.errors, self.rules, self.local_only = [], [], []
+
+    def err(self, message):
+        self.errors.append(message)
+
+    def sources_of(self, variable, values):
+        nets, problems = parse_sources(values, variable, self.host)
+        self.errors.extend(problems)
+        return nets
+
+    def also(self, member):
+        """The member's firewall_host_addresses: other addresses its connections may come from."""
+        values = self.inv.own(member, "firewall_host_addresses", [])
+        if values in (None, ""):
+            return []
+        nets, problems = parse_sources(values, "firewall_host_addresses", member)
+        self.errors.extend("%s (needed as a firewall source on %s)" % (p, self.host) for p in problems)
+        return nets
+
+    def addresses(self, hosts, address_of=None):
+        nets = []
+        for member in hosts:
+            try:
+                nets.append((address_of or self.inv.address)(member))
+            except FirewallError as exc:
+                self.err("%s (needed as a firewall source on %s)" % (exc, self.host))
+            nets.extend(self.also(member))
+        return nets
+
+    def add(self, proto, port_value, variable, description, sources):
+        span = parse_port_range(port_value)
+        if span is None:
+            self.err("%s on %s: %r is not a port (1-65535) or a range lo-hi" % (variable, self.host, port_value))
+            return
+        if sources.empty():
+            self.err("%s on %s: no source may reach port %s (an empty source list)" % (variable, self.host, port_value))
+            return
+        self.rules.append({"proto": proto, "ports": span, "dport": _port_text(*span), "variable": variable,
+                           "comment": _comment(variable),
+                           "description": _comment(description), "sources": sources.texts(),
+                           "matches": sources.matches()})
+
+    def own_var(self, key):
+        try:
+            return self.inv.var(self.host, key)
+        except FirewallError as exc:
+            self.err(str(exc))
+            return None
+
+    def local(self, variable):
+        port = parse_port(self.own_var(variable))
+        if port is None:
+            self.err("%s on %s: %r is not a port" % (variable, self.host, self.own_var(variable)))
+        else:
+            self.local_only.append({"proto": "tcp", "ports": (port, port), "dport": str(port), "variable": variable,
+                                    "comment": variable})
+
+
+def _plan_options(b, options):
+    """This host's firewall settings, checked: {policy, ssh, frontend, metrics, dynamic, dynamic_span}."""
+    host = b.host
+    policy = options.get("policy", "drop")
+    if policy not in POLICIES:
+        b.err("firewall_policy on %s: %r is not one of %s" % (host, policy, ", ".join(POLICIES)))
+    if options.get("loopback_accept", "interface") not in LOOPBACK_MODES:
+        b.err("firewall_loopback_accept on %s: %r is not one of %s"
+              % (host, options.get("loopback_accept"), ", ".join(LOOPBACK_MODES)))
+    if not _TABLE_RE.match(str(options.get("table", "kvshare"))):
+        b.err("firewall_table on %s: %r must be a plain nft name (letter, then letters, digits, _; at most 32)"
+              % (host, options.get("table")))
+    dynamic = options.get("dynamic_port_range", "")
+    dynamic_span = parse_port_range(dynamic)
+    if dynamic_span is None or dynamic_span[0] == dynamic_span[1]:
+        dynamic_span = None
+    return {"policy": policy,
+            "ssh": b.sources_of("firewall_ssh_sources", options.get("ssh_sources", [])),
+            "frontend": b.sources_of("firewall_frontend_sources", options.get("frontend_sources", [])),
+            "metrics": b.sources_of("firewall_metrics_sources", options.get("metrics_sources", [])),
+            "dynamic": dynamic, "dynamic_span": dynamic_span}
+
+
+def _plan_placement(b):
+    """Who is who: the hosts of each service and the source sets built from them."""
+    inv = b.inv
+    etcd_group = b.own_var("etcd_group_name") or "etcd"
+    kvcr_group = b.own_var("kvcr_group_name") or "kvcr"
+    frontends, workers = inv.group(FRONTEND_GROUP), inv.group(WORKERS_GROUP)
+    members, maru_hosts, kvcr_hosts = inv.group(etcd_group), inv.group(MARU_GROUP), inv.group(kvcr_group)
+    dynamo_hosts = sorted(set(frontends + workers + kvcr_hosts + inv.group(DYNAMO_GROUP)))
+    cluster_hosts = sorted(set(members + dynamo_hosts + maru_hosts + inv.group(RDMA_GROUP) + [b.host]))
+    return {"etcd_group": etcd_group, "frontends": frontends, "workers": workers, "members": members,
+            "maru_hosts": maru_hosts, "kvcr_hosts": kvcr_hosts, "dynamo_hosts": dynamo_hosts,
+            "cluster": b.addresses(cluster_hosts), "dynamo_peers": b.addresses(sorted(set(dynamo_hosts + [b.host])))}
+
+
+def _plan_ssh(b, opts, options):
+    """SSH first: the operator's way in."""
+    if opts["policy"] == "drop" and not opts["ssh"]:
+        b.err("firewall_ssh_sources on %s: empty with firewall_policy=drop: nobody (Ansible included) could "
+              "reach SSH any more" % b.host)
+    if opts["ssh"]:
+        b.add("tcp", options.get("ssh_port"), "firewall_ssh_port", "SSH", _Sources(opts["ssh"]))
+    elif parse_port(options.get("ssh_port")) is None:
+        b.err("firewall_ssh_port on %s: %r is not a port (1-65535)" % (b.host, options.get("ssh_port")))
+
+
+def _plan_etcd(b, opts, where):
+    if b.host in where["members"]:
+        b.add("tcp", b.own_var("etcd_client_port"), "etcd_client_port", "etcd clients (every service host)",
+              _Sources(where["cluster"] + opts["metrics"]))
+        peers = b.addresses(where["members"], b.inv.etcd_address)
+        b.add("tcp", b.own_var("etcd_peer_port"), "etcd_peer_port", "etcd peers (members of %s)" % where["etcd_group"],
+              _Sources(peers))
+
+
+def _plan_workers(b, opts, where):
+    host = b.host
+    worker_list = b.inv.own(host, "dynamo_worker_instances", _MISSING)
+    if worker_list is _MISSING:
+        worker_list = b.inv.own(host, "dynamo_workers", [])
+    if worker_list in (None, ""):
+        worker_list = []
+    if not isinstance(worker_list, (list, tuple)):
+        b.err("dynamo_workers on %s: must be a list of workers" % host)
+        worker_list = []
+    for pos, worker in enumerate(worker_list):
+        if not isinstance(worker, dict) and not hasattr(worker, "get"):
+            b.err("dynamo_workers[%d] on %s: must be a mapping" % (pos, host))
+            continue
+        name = worker.get("name") or str(pos)
+        b.add("tcp", worker.get("system_port"), "dynamo_workers[%s].system_port" % name,
+              "worker %s: DYN_SYSTEM_PORT (health, metrics)" % name, _Sources(where["cluster"] + opts["metrics"]))
+        if worker.get("rpc_port") not in (None, ""):
+            b.add("tcp", worker.get("rpc_port"), "dynamo_workers[%s].rpc_port" % name,
+                  "worker %s: request plane (DYN_TCP_RPC_PORT)" % name, _Sources(where["dynamo_peers"]))
+
+
+def _plan_dynamo(b, opts, where):
+    host, dynamo_hosts = b.host, where["dynamo_hosts"]
+    # The local etcd client proxy of every Dynamo host serves this host's Dynamo processes only.
+    if host in dynamo_hosts and _truthy(b.own_var("etcd_client_proxy_enabled")):
+        b.local("etcd_client_proxy_port")
+    if host in where["frontends"]:
+        b.add("tcp", b.own_var("dynamo_frontend_http_port"), "dynamo_frontend_http_port",
+              "dynamo.frontend HTTP API (service hosts, firewall_frontend_sources)",
+              _Sources(where["cluster"] + opts["frontend"] + opts["metrics"]))
+    if host in where["workers"]:
+        _plan_workers(b, opts, where)
+    if host in dynamo_hosts and opts["dynamic_span"] is None:
+        b.err("firewall_dynamic_port_range on %s: %r must be a range lo-hi within 1-65535 (Dynamo's unpinned "
+              "transports listen on ephemeral ports; usually net.ipv4.ip_local_port_range, 32768-60999)"
+              % (host, opts["dynamic"]))
+    elif host in dynamo_hosts:
+        b.add("tcp", _port_text(*opts["dynamic_span"]), "firewall_dynamic_port_range",
+              "Dynamo's unpinned transports (Dynamo hosts): TCP response streams, ZMQ event plane, request planes without rpc_port",
+              _Sources(where["dynamo_peers"]))
+
+
+def _plan_maru(b, where):
+    # On the host's loopback address (the default) no other host can reach the pool services.
+    if b.host not in where["maru_hosts"]:
+        return
+    if str(b.own_var("maru_pool_bind_address")) in LOCAL_ONLY_ADDRESSES:
+        b.local("maru_pool_rm_port")
+        b.local("maru_pool_server_port")
+        return
+    maru_clients = _Sources(b.addresses(sorted(set(where["workers"] + where["maru_hosts"]))))
+    b.add("tcp", b.own_var("maru_pool_rm_port"), "maru_pool_rm_port", "Maru resource manager (worker hosts)",
+          maru_clients)
+    b.add("tcp", b.own_var("maru_pool_server_port"), "maru_pool_server_port", "Maru metadata server (worker hosts)",
+          maru_clients)
+
+
+def _plan_kvcr(b, opts, where, role_defaults):
+    host = b.host
+    if host not in where["kvcr_hosts"]:
+        return
+    b.add("tcp", b.own_var("kvcr_control_port"), "kvcr_control_port", "KVCR control channel (KVCR hosts)",
+          _Sources(b.addresses(sorted(set(where["kvcr_hosts"])))))
+    b.local("kvcr_kv_events_port")
+    agent = b.inv.own(host, "kvcr_state_agent_enabled", _MISSING)
+    if agent is _MISSING:
+        default = role_defaults.get("kvcr_state_agent_enabled")
+        if default != KVCR_STATE_AGENT_DEFAULT:
+            b.err("kvcr_state_agent_enabled on %s: the kvcr role's default (%r) is not the one this plan "
+                  "evaluates (%r); set kvcr_state_agent_enabled in the inventory" % (host, default, KVCR_STATE_AGENT_DEFAULT))
+            agent = False
+        else:
+            agent = str(b.inv.own(host, "kvcr_cache_slot", None)) == "0"
+    if _truthy(agent):
+        b.add("tcp", b.own_var("kvcr_state_agent_system_port"), "kvcr_state_agent_system_port",
+              "KV state agent: DYN_SYSTEM_PORT (health, metrics)", _Sources(where["cluster"] + opts["metrics"]))
+
+
+def _plan_perftest(b):
+    """ib_write_bw's out-of-band port on the server of rdma_ucx_bw_test clients."""
+    inv, host, clients = b.inv, b.host, []
+    for client in inv.group(RDMA_GROUP):
+        try:
+            if not _truthy(inv.var(client, "rdma_ucx_bw_test")) or str(inv.var(client, "rdma_ucx_bw_server")) != host:
+                continue
+        except FirewallError as exc:
+            b.err(str(exc))
+            continue
+        port = _perftest_port(inv.var(client, "rdma_ucx_bw_extra_args"))
+        if port is None:
+            b.err("rdma_ucx_bw_extra_args of %s: -p/--port is not a port (needed on %s)" % (client, host))
+            continue
+        clients.append((port, client))
+    for port in sorted(set(p for p, dummy in clients)):
+        b.add("tcp", port, "rdma_ucx_bw_server", "ib_write_bw out-of-band port (rdma_ucx_bw_test clients)",
+              _Sources(b.addresses(sorted(c for p, c in clients if p == port))))
+
+
+def _plan_extras(b, where, options):
+    """The operator's firewall_extra_ports."""
+    host = b.host
+    extras = options.get("extra_ports", [])
+    if extras in (None, ""):
+        extras = []
+    if not isinstance(extras, (list, tuple)):
+        b.err("firewall_extra_ports on %s: must be a list of {port, proto, sources, comment} (got %s)"
+              % (host, type(extras).__name__))
+        extras = []
+    for pos, item in enumerate(extras):
+        variable = "firewall_extra_ports[%d]" % pos
+        if not isinstance(item, dict) and not hasattr(item, "get"):
+            b.err("%s on %s: must be a mapping {port, proto, sources, comment}" % (variable, host))
+            continue
+        unknown = sorted(set(item) - {"port", "proto", "sources", "comment"})
+        if unknown:
+            b.err("%s on %s: unknown keys %s (use port, proto, sources, comment)" % (variable, host, ", ".join(unknown)))
+        proto = item.get("proto", "tcp")
+        if proto not in PROTOS:
+            b.err("%s.proto on %s: %r is not one of %s" % (variable, host, proto, ", ".join(PROTOS)))
+            continue
+        if "sources" in item:
+            nets = b.sources_of(variable + ".sources", item.get("sources"))
+            if isinstance(item.get("sources"), (list, tuple)) and not item.get("sources"):
+                b.err("%s.sources on %s: empty; leave it out for the service hosts or list 0.0.0.0/0 for anyone"
+                      % (variable, host))
+                continue
+            sources = _Sources(nets)
+        else:
+            sources = _Sources(where["cluster"])
+        b.add(proto, item.get("port"), variable + ".port", item.get("comment") or "operator port", sources)
+
+
+def _guarded_sets(rules, local_only):
+    guarded = {}
+    for proto in PROTOS:
+        spans = _merge_ranges([r["ports"] for r in rules if r["proto"] == proto]
+                              + [r["ports"] for r in local_only if r["proto"] == proto])
+        if spans:
+            guarded[proto] = "{ %s }" % ", ".join(_port_text(lo, hi) for lo, hi in spans)
+    return guarded
+
+
 def host_plan(host, groups, hostvars, options, role_defaults):
     """The firewall plan of one host.
 
@@ -319,231 +582,20 @@ def host_plan(host, groups, hostvars, options, role_defaults):
     Returns {"host", "rules": [{"proto", "dport", "ports": (lo, hi), "variable", "comment", "description",
     "sources": [text], "matches": [nft prefix]}], "local_only": [{"proto", "dport", "variable", "comment"}],
     "guarded": {"tcp": "{ ... }", "udp": ...}, "errors": [text]} -- errors name variable and host.
+    Sections in rule order: SSH, etcd, Dynamo, Maru, KVCR, ib_write_bw, the operator's extra ports.
     """
-    inv = _Inventory(hostvars, groups, role_defaults)
-    errors, rules, local_only = [], [], []
-
-    def err(message):
-        errors.append(message)
-
-    def sources_of(variable, values):
-        nets, problems = parse_sources(values, variable, host)
-        errors.extend(problems)
-        return nets
-
-    def also(member):
-        """The member's firewall_host_addresses: other addresses its connections may come from."""
-        values = inv.own(member, "firewall_host_addresses", [])
-        if values in (None, ""):
-            return []
-        nets, problems = parse_sources(values, "firewall_host_addresses", member)
-        errors.extend("%s (needed as a firewall source on %s)" % (p, host) for p in problems)
-        return nets
-
-    def addresses(hosts, address_of=None):
-        nets = []
-        for member in hosts:
-            try:
-                nets.append((address_of or inv.address)(member))
-            except FirewallError as exc:
-                err("%s (needed as a firewall source on %s)" % (exc, host))
-            nets.extend(also(member))
-        return nets
-
-    def add(proto, port_value, variable, description, sources):
-        span = parse_port_range(port_value)
-        if span is None:
-            err("%s on %s: %r is not a port (1-65535) or a range lo-hi" % (variable, host, port_value))
-            return
-        if sources.empty():
-            err("%s on %s: no source may reach port %s (an empty source list)" % (variable, host, port_value))
-            return
-        rules.append({"proto": proto, "ports": span, "dport": _port_text(*span), "variable": variable,
-                      "comment": _comment(variable),
-                      "description": _comment(description), "sources": sources.texts(),
-                      "matches": sources.matches()})
-
-    def own_var(key):
-        try:
-            return inv.var(host, key)
-        except FirewallError as exc:
-            err(str(exc))
-            return None
-
-    # --- options ----------------------------------------------------------------------------
-    policy = options.get("policy", "drop")
-    if policy not in POLICIES:
-        err("firewall_policy on %s: %r is not one of %s" % (host, policy, ", ".join(POLICIES)))
-    if options.get("loopback_accept", "interface") not in LOOPBACK_MODES:
-        err("firewall_loopback_accept on %s: %r is not one of %s"
-            % (host, options.get("loopback_accept"), ", ".join(LOOPBACK_MODES)))
-    if not _TABLE_RE.match(str(options.get("table", "kvshare"))):
-        err("firewall_table on %s: %r must be a plain nft name (letter, then letters, digits, _; at most 32)"
-            % (host, options.get("table")))
-    ssh_sources = sources_of("firewall_ssh_sources", options.get("ssh_sources", []))
-    frontend_sources = sources_of("firewall_frontend_sources", options.get("frontend_sources", []))
-    metrics_sources = sources_of("firewall_metrics_sources", options.get("metrics_sources", []))
-    dynamic = options.get("dynamic_port_range", "")
-    dynamic_span = parse_port_range(dynamic)
-    if dynamic_span is None or dynamic_span[0] == dynamic_span[1]:
-        dynamic_span = None
-
-    # --- who is who --------------------------------------------------------------------------
-    etcd_group = own_var("etcd_group_name") or "etcd"
-    kvcr_group = own_var("kvcr_group_name") or "kvcr"
-    frontends, workers = inv.group(FRONTEND_GROUP), inv.group(WORKERS_GROUP)
-    members, maru_hosts, kvcr_hosts = inv.group(etcd_group), inv.group(MARU_GROUP), inv.group(kvcr_group)
-    dynamo_hosts = sorted(set(frontends + workers + kvcr_hosts + inv.group(DYNAMO_GROUP)))
-    cluster_hosts = sorted(set(members + dynamo_hosts + maru_hosts + inv.group(RDMA_GROUP) + [host]))
-    cluster = addresses(cluster_hosts)
-    dynamo_peers = addresses(sorted(set(dynamo_hosts + [host])))
-
-    # --- SSH (first: the operator's way in) ---------------------------------------------------
-    if policy == "drop" and not ssh_sources:
-        err("firewall_ssh_sources on %s: empty with firewall_policy=drop: nobody (Ansible included) could "
-            "reach SSH any more" % host)
-    if ssh_sources:
-        add("tcp", options.get("ssh_port"), "firewall_ssh_port", "SSH", _Sources(ssh_sources))
-    elif parse_port(options.get("ssh_port")) is None:
-        err("firewall_ssh_port on %s: %r is not a port (1-65535)" % (host, options.get("ssh_port")))
-
-    # --- etcd -------------------------------------------------------------------------------
-    if host in members:
-        add("tcp", own_var("etcd_client_port"), "etcd_client_port", "etcd clients (every service host)",
-            _Sources(cluster + metrics_sources))
-        peers = addresses(members, inv.etcd_address)
-        add("tcp", own_var("etcd_peer_port"), "etcd_peer_port", "etcd peers (members of %s)" % etcd_group,
-            _Sources(peers))
-
-    def local(variable):
-        port = parse_port(own_var(variable))
-        if port is None:
-            err("%s on %s: %r is not a port" % (variable, host, own_var(variable)))
-        else:
-            local_only.append({"proto": "tcp", "ports": (port, port), "dport": str(port), "variable": variable,
-                               "comment": variable})
-
-    # --- Dynamo -----------------------------------------------------------------------------
-    # The local etcd client proxy of every Dynamo host serves this host's Dynamo processes only.
-    if host in dynamo_hosts and _truthy(own_var("etcd_client_proxy_enabled")):
-        local("etcd_client_proxy_port")
-    if host in frontends:
-        add("tcp", own_var("dynamo_frontend_http_port"), "dynamo_frontend_http_port",
-            "dynamo.frontend HTTP API (service hosts, firewall_frontend_sources)",
-            _Sources(cluster + frontend_sources + metrics_sources))
-    if host in workers:
-        worker_list = inv.own(host, "dynamo_worker_instances", _MISSING)
-        if worker_list is _MISSING:
-            worker_list = inv.own(host, "dynamo_workers", [])
-        if worker_list in (None, ""):
-            worker_list = []
-        if not isinstance(worker_list, (list, tuple)):
-            err("dynamo_workers on %s: must be a list of workers" % host)
-            worker_list = []
-        for pos, worker in enumerate(worker_list):
-            if not isinstance(worker, dict) and not hasattr(worker, "get"):
-                err("dynamo_workers[%d] on %s: must be a mapping" % (pos, host))
-                continue
-            name = worker.get("name") or str(pos)
-            add("tcp", worker.get("system_port"), "dynamo_workers[%s].system_port" % name,
-                "worker %s: DYN_SYSTEM_PORT (health, metrics)" % name, _Sources(cluster + metrics_sources))
-            if worker.get("rpc_port") not in (None, ""):
-                add("tcp", worker.get("rpc_port"), "dynamo_workers[%s].rpc_port" % name,
-                    "worker %s: request plane (DYN_TCP_RPC_PORT)" % name, _Sources(dynamo_peers))
-    if host in dynamo_hosts and dynamic_span is None:
-        err("firewall_dynamic_port_range on %s: %r must be a range lo-hi within 1-65535 (Dynamo's unpinned "
-            "transports listen on ephemeral ports; usually net.ipv4.ip_local_port_range, 32768-60999)" % (host, dynamic))
-    elif host in dynamo_hosts:
-        add("tcp", _port_text(*dynamic_span), "firewall_dynamic_port_range",
-            "Dynamo's unpinned transports (Dynamo hosts): TCP response streams, ZMQ event plane, request planes without rpc_port",
-            _Sources(dynamo_peers))
-
-    # --- Maru -------------------------------------------------------------------------------
-    # On the host's loopback address (the default) no other host can reach the pool services.
-    if host in maru_hosts and str(own_var("maru_pool_bind_address")) in LOCAL_ONLY_ADDRESSES:
-        local("maru_pool_rm_port")
-        local("maru_pool_server_port")
-    elif host in maru_hosts:
-        maru_clients = _Sources(addresses(sorted(set(workers + maru_hosts))))
-        add("tcp", own_var("maru_pool_rm_port"), "maru_pool_rm_port", "Maru resource manager (worker hosts)",
-            maru_clients)
-        add("tcp", own_var("maru_pool_server_port"), "maru_pool_server_port", "Maru metadata server (worker hosts)",
-            maru_clients)
-
-    # --- KVCR -------------------------------------------------------------------------------
-    if host in kvcr_hosts:
-        add("tcp", own_var("kvcr_control_port"), "kvcr_control_port", "KVCR control channel (KVCR hosts)",
-            _Sources(addresses(sorted(set(kvcr_hosts)))))
-        local("kvcr_kv_events_port")
-        agent = inv.own(host, "kvcr_state_agent_enabled", _MISSING)
-        if agent is _MISSING:
-            default = role_defaults.get("kvcr_state_agent_enabled")
-            if default != KVCR_STATE_AGENT_DEFAULT:
-                err("kvcr_state_agent_enabled on %s: the kvcr role's default (%r) is not the one this plan "
-                    "evaluates (%r); set kvcr_state_agent_enabled in the inventory" % (host, default, KVCR_STATE_AGENT_DEFAULT))
-                agent = False
-            else:
-                agent = str(inv.own(host, "kvcr_cache_slot", None)) == "0"
-        if _truthy(agent):
-            add("tcp", own_var("kvcr_state_agent_system_port"), "kvcr_state_agent_system_port",
-                "KV state agent: DYN_SYSTEM_PORT (health, metrics)", _Sources(cluster + metrics_sources))
-
-    # --- ib_write_bw (rdma_ucx_bw_test) ---------------------------------------------------------
-    clients = []
-    for client in inv.group(RDMA_GROUP):
-        try:
-            if not _truthy(inv.var(client, "rdma_ucx_bw_test")) or str(inv.var(client, "rdma_ucx_bw_server")) != host:
-                continue
-        except FirewallError as exc:
-            err(str(exc))
-            continue
-        port = _perftest_port(inv.var(client, "rdma_ucx_bw_extra_args"))
-        if port is None:
-            err("rdma_ucx_bw_extra_args of %s: -p/--port is not a port (needed on %s)" % (client, host))
-            continue
-        clients.append((port, client))
-    for port in sorted(set(p for p, dummy in clients)):
-        add("tcp", port, "rdma_ucx_bw_server", "ib_write_bw out-of-band port (rdma_ucx_bw_test clients)",
-            _Sources(addresses(sorted(c for p, c in clients if p == port))))
-
-    # --- operator extras ---------------------------------------------------------------------
-    extras = options.get("extra_ports", [])
-    if extras in (None, ""):
-        extras = []
-    if not isinstance(extras, (list, tuple)):
-        err("firewall_extra_ports on %s: must be a list of {port, proto, sources, comment} (got %s)"
-            % (host, type(extras).__name__))
-        extras = []
-    for pos, item in enumerate(extras):
-        variable = "firewall_extra_ports[%d]" % pos
-        if not isinstance(item, dict) and not hasattr(item, "get"):
-            err("%s on %s: must be a mapping {port, proto, sources, comment}" % (variable, host))
-            continue
-        unknown = sorted(set(item) - {"port", "proto", "sources", "comment"})
-        if unknown:
-            err("%s on %s: unknown keys %s (use port, proto, sources, comment)" % (variable, host, ", ".join(unknown)))
-        proto = item.get("proto", "tcp")
-        if proto not in PROTOS:
-            err("%s.proto on %s: %r is not one of %s" % (variable, host, proto, ", ".join(PROTOS)))
-            continue
-        if "sources" in item:
-            nets = sources_of(variable + ".sources", item.get("sources"))
-            if isinstance(item.get("sources"), (list, tuple)) and not item.get("sources"):
-                err("%s.sources on %s: empty; leave it out for the service hosts or list 0.0.0.0/0 for anyone"
-                    % (variable, host))
-                continue
-            sources = _Sources(nets)
-        else:
-            sources = _Sources(cluster)
-        add(proto, item.get("port"), variable + ".port", item.get("comment") or "operator port", sources)
-
-    guarded = {}
-    for proto in PROTOS:
-        spans = _merge_ranges([r["ports"] for r in rules if r["proto"] == proto]
-                              + [r["ports"] for r in local_only if r["proto"] == proto])
-        if spans:
-            guarded[proto] = "{ %s }" % ", ".join(_port_text(lo, hi) for lo, hi in spans)
-    return {"host": host, "rules": rules, "local_only": local_only, "guarded": guarded, "errors": errors}
+    b = _PlanBuilder(host, _Inventory(hostvars, groups, role_defaults))
+    opts = _plan_options(b, options)
+    where = _plan_placement(b)
+    _plan_ssh(b, opts, options)
+    _plan_etcd(b, opts, where)
+    _plan_dynamo(b, opts, where)
+    _plan_maru(b, where)
+    _plan_kvcr(b, opts, where, role_defaults)
+    _plan_perftest(b)
+    _plan_extras(b, where, options)
+    return {"host": host, "rules": b.rules, "local_only": b.local_only,
+            "guarded": _guarded_sets(b.rules, b.local_only), "errors": b.errors}
 
 
 def port_table(plan):
