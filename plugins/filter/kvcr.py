@@ -130,8 +130,7 @@ def kvcr_guard_workers(hosts, hostvars, worker_name="kvcr"):
         workers = [w for w in _hostvar(hostvars, host, "dynamo_workers", []) or [] if w.get("name") == name]
         if len(workers) != 1:
             raise AnsibleFilterError("kvcr_guard_workers: %s has no worker named %s" % (host, name))
-        spec = {"name": host, "system_url": "http://%s:%s" % (
-            _hostvar(hostvars, host, "kvshare_bind_address"), workers[0]["system_port"])}
+        spec = {"name": host, "system_url": _stack.worker_system_url(hostvars, host, workers[0]["system_port"])}
         if workers[0].get("rpc_port"):
             spec["rpc_port"] = int(workers[0]["rpc_port"])
         out.append(spec)

@@ -82,3 +82,8 @@ def frontend_url(hostvars, groups, group=FRONTEND_GROUP):
     address = _get(host_vars, "dynamo_frontend_http_host") or host_address(hostvars, host)
     port = _get(host_vars, "dynamo_frontend_http_port") or FRONTEND_PORT
     return "http://%s:%s" % (address, port)
+
+
+def worker_system_url(hostvars, host, system_port):
+    """``http://<address of host>:<system_port>``: a worker's DYN_SYSTEM_PORT endpoint (health, metrics)."""
+    return "http://%s:%s" % (host_address(hostvars, host), system_port)

@@ -29,3 +29,8 @@ def test_frontend_url():
     assert filters.frontend_url({"dynamo_frontend": ["fe"]}, hostvars) == "http://127.0.10.1:8000"
     assert filters.host_address("fe", hostvars) == "127.0.10.1"
     assert filters.host_address("unknown", hostvars) == "unknown"
+
+
+def test_worker_system_url():
+    assert stack.worker_system_url({"h": {"kvshare_bind_address": "127.0.0.3"}}, "h", 18081) == "http://127.0.0.3:18081"
+    assert stack.worker_system_url({"h": {"ansible_host": "127.0.0.4"}}, "h", 9090) == "http://127.0.0.4:9090"
