@@ -103,6 +103,12 @@ class UnitTrack:
         }
 
 
+def journal_tail(text, lines, exclude=()):
+    """The last `lines` lines of a journal excerpt without those containing an excluded string."""
+    kept = [line for line in (text or "").splitlines() if not any(x in line for x in exclude or ())]
+    return "\n".join(kept[-lines:]) if lines > 0 else ""
+
+
 def describe(report):
     """One line per unit for messages."""
     return "%s (%s): %s/%s, %d automatic restart(s) during the watch (NRestarts %d), last exit %s, /health %s" % (

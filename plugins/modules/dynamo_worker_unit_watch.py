@@ -77,6 +77,14 @@ options:
     description: Journal lines of a crashed unit in the result and message.
     type: int
     default: 40
+  journal_exclude:
+    description:
+      - Journal lines containing any of these strings are left out of RV(journal).
+      - The default drops the system server's log line for every 503 answer to a C(/health) poll
+        (the watch's and the start-order gate's own polls), which would otherwise fill the tail.
+    type: list
+    elements: str
+    default: ["tower_http::trace::on_failure"]
 notes:
   - Read-only; supports check mode.
 attributes:
@@ -186,6 +194,7 @@ def main():
             observe=dict(type="float", default=0),
             fail_on_crash=dict(type="bool", default=True),
             journal_lines=dict(type="int", default=40),
+            journal_exclude=dict(type="list", elements="str", default=["tower_http::trace::on_failure"]),
         ),
         supports_check_mode=True,
     )
@@ -219,8 +228,8 @@ def main():
     for track in tracks:
         if track.name in crashed and journalctl:
             _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "-n",
-                                                 str(p["journal_lines"]), "-u", track.unit])
-            journal[track.name] = out
+                                                 str(p["journal_lines"] * 20), "-u", track.unit])
+            journal[track.name] = uw.journal_tail(out, p["journal_lines"], p["journal_exclude"])
     reports = [t.report() for t in tracks]
     result = dict(
         changed=False,

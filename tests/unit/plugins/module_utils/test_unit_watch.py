@@ -88,3 +88,11 @@ def test_diagnosis_names_pool_units_and_workers():
         "worker dynamo-worker@vllm-a.service on sb2: restarted 3 time(s) while watched (NRestarts 9), "
         "/health no answer (Connection refused)",
     ]
+
+
+def test_journal_tail_drops_the_health_poll_noise():
+    text = "\n".join(["ERROR tower_http::trace::on_failure: response failed 503"] * 50
+                     + ["Traceback (most recent call last):", "OSError: not a model"]
+                     + ["ERROR tower_http::trace::on_failure: response failed 503"] * 5)
+    assert uw.journal_tail(text, 40, ["tower_http::trace::on_failure"]) == "Traceback (most recent call last):\nOSError: not a model"
+    assert uw.journal_tail(text, 1, []).endswith("503")
