@@ -13,8 +13,13 @@ def rdma_ucx_gpu_plan(topology, hca_overrides):
     return _topology.gpu_plan(topology, hca_overrides)
 
 
+def rdma_ucx_preflight_report(facts):
+    """The preflight report [{check, status, detail}] from the probe results (topology.preflight_report)."""
+    return _topology.preflight_report(facts)
+
+
 class FilterModule:
     """kvshare.dynamo rdma_ucx filters."""
 
     def filters(self):
-        return {"rdma_ucx_gpu_plan": rdma_ucx_gpu_plan}
+        return {"rdma_ucx_gpu_plan": rdma_ucx_gpu_plan, "rdma_ucx_preflight_report": rdma_ucx_preflight_report}

@@ -575,3 +575,90 @@ def gpu_plan(topology, hca_overrides=None):
                      "acs_bridges": [], "source": "override",
                      "warnings": ["GPU not discovered on this host; from rdma_ucx_hca_overrides only"]})
     return sorted(plan, key=lambda entry: entry["index"])
+
+
+_TRUE_TEXT = ("1", "true", "yes", "on", "y", "t")
+
+
+def _as_bool(value):
+    """Ansible's `bool` filter on the values a role passes (bools, numbers, yes/no strings)."""
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in _TRUE_TEXT
+
+
+def preflight_report(facts):
+    """The rdma_ucx preflight report: [{check, status, detail}], status passed|failed|warning|skipped|info.
+    Hardware checks without live hardware are "skipped" with the reason, never "passed".
+
+    ``facts``: require_hardware, no_hw_reason, packages, install_packages, has_gpu, has_hca, hw,
+    topology, gpus (the plan), nvidia_version, peermem_enabled, gpu_buffers, acs_probe (a registered
+    command result, or None), acs_bridges, cmdline, iommu_groups, ucx_version.
+    """
+    report = []
+
+    def add(check, status, detail):
+        report.append({"check": check, "status": status, "detail": detail})
+
+    topology = facts.get("topology") or {}
+    hw = _as_bool(facts.get("hw"))
+    why = "rdma_ucx_require_hardware=%s: %s" % (str(_as_bool(facts.get("require_hardware"))).lower(),
+                                                 str(facts.get("no_hw_reason") or "").strip())
+    add("packages", "info", " ".join(str(p) for p in facts.get("packages") or [])
+        + (" (install enabled)" if facts.get("install_packages") else " (install disabled)"))
+    if _as_bool(facts.get("has_gpu")):
+        add("gpus", "passed", "%d GPU(s)" % len(topology.get("gpus") or []))
+    else:
+        add("gpus", "skipped", why)
+    if _as_bool(facts.get("has_hca")):
+        for gpu in facts.get("gpus") or []:
+            _report_gpu(add, gpu, topology)
+    else:
+        add("rdma ports", "skipped", why)
+    version = str(facts.get("nvidia_version") or "")
+    if version:
+        if _as_bool(facts.get("peermem_enabled")):
+            add("gdr path", "passed", "nvidia_peermem (OFED/DOCA present, modprobe -n ok)")
+        elif "Open Kernel Module" in version:
+            add("gdr path", "passed", "DMA-BUF (open kernel modules)")
+        else:
+            add("gdr path", "failed" if facts.get("gpu_buffers") else "warning",
+                "proprietary driver without nvidia_peermem: no GPUDirect RDMA path")
+    else:
+        add("gdr path", "skipped", "no /proc/driver/nvidia/version (%s)" % why)
+    probe = facts.get("acs_probe")
+    if probe and not probe.get("skipped") and probe.get("rc", 1) == 0:
+        on = [line for line in probe.get("stdout_lines") or [] if re.search(r"(SrcValid|ReqRedir|CmpltRedir)\+", line)]
+        add("acs", "warning" if on else "passed", "%d ACSCtl line(s) with redirect/validation enabled%s"
+            % (len(on), ("; rdma_ucx_clear_acs would clear " + ",".join(facts.get("acs_bridges") or [])) if on else ""))
+    else:
+        add("acs", "skipped", "lspci -vvv not available" if hw else why)
+    groups = facts.get("iommu_groups", 0)
+    iommu_pt = re.search(r"(^|\s)iommu=pt(\s|$)", str(facts.get("cmdline") or "")) is not None
+    fine = iommu_pt or not int(groups) > 0
+    add("iommu", ("passed" if fine else "warning") if hw else "skipped",
+        ("" if hw else why + "; observed: ") + ("iommu=pt on cmdline; " if iommu_pt else "") + str(groups)
+        + " iommu group(s)" + ("" if fine else "; translated IOMMU slows/breaks P2P, consider rdma_ucx_iommu_passthrough"))
+    add("ucx version", "info", facts.get("ucx_version") or "unknown (ucx_info absent)")
+    for warning in topology.get("warnings") or []:
+        add("topology", "warning", warning)
+    return report
+
+
+def _report_gpu(add, gpu, topology):
+    """The port state, MTU and path checks of one GPU's HCA."""
+    name = "gpu%s" % gpu["index"]
+    hca = [h for h in topology.get("hcas") or [] if h["name"] == gpu["hca"]]
+    port = [p for p in hca[0]["ports"] if p["port"] == gpu["port"]] if hca else []
+    if not gpu["hca"]:
+        add(name + " hca", "failed", "no usable RDMA port")
+    elif not port:
+        add(name + " hca", "failed", "%s does not exist" % gpu["ucx_net_devices"])
+    else:
+        add(name + " port state", "passed" if port[0]["state"] == "ACTIVE" else "failed",
+            "%s %s %s" % (gpu["ucx_net_devices"], port[0]["state"], port[0].get("link_layer", "")))
+        mtu = port[0]["active_mtu"] or (",".join(str(n["mtu"]) for n in hca[0]["netdevs"]) + " (netdev)")
+        add(name + " mtu", "info", "%s %s" % (gpu["hca"], mtu))
+        topo = gpu.get("topo_class")
+        add(name + " path", "passed" if gpu["path_class"] in ("PIX", "PXB") else "warning",
+            "%s %s%s" % (gpu["ucx_net_devices"], gpu["path_class"] or "unknown", (" (topo -m %s)" % topo) if topo else ""))

@@ -320,3 +320,38 @@ def test_gpu_plan_overrides(case):
     assert plan[7]["bus_id"] is None and plan[7]["port"] == 2 and plan[7]["hca"] == "mlx5_9"
     assert plan[7]["warnings"] == ["GPU not discovered on this host; from rdma_ucx_hca_overrides only"]
     assert list(plan) == sorted(plan)
+
+
+def test_preflight_report_without_hardware_skips_with_the_reason(case):
+    from ansible_collections.kvshare.dynamo.plugins.filter.rdma_ucx import rdma_ucx_preflight_report
+    topo = discover(*case("dgx_h100"))
+    facts = {"require_hardware": False, "no_hw_reason": "topology from rdma_ucx_topology_facts (no live hardware)\n",
+             "packages": ["rdma-core"], "install_packages": False, "has_gpu": False, "has_hca": False, "hw": False,
+             "topology": topo, "gpus": topo["gpus"], "nvidia_version": "", "peermem_enabled": False,
+             "gpu_buffers": True, "acs_probe": {"skipped": True}, "acs_bridges": [], "cmdline": "ro iommu=pt",
+             "iommu_groups": 0, "ucx_version": "1.21.0"}
+    report = dict((r["check"], (r["status"], r["detail"])) for r in rdma_ucx_preflight_report(facts))
+    why = "rdma_ucx_require_hardware=false: topology from rdma_ucx_topology_facts (no live hardware)"
+    assert report["packages"] == ("info", "rdma-core (install disabled)")
+    assert report["gpus"] == ("skipped", why) and report["rdma ports"] == ("skipped", why)
+    assert report["gdr path"] == ("skipped", "no /proc/driver/nvidia/version (%s)" % why)
+    assert report["acs"] == ("skipped", why)
+    assert report["iommu"] == ("skipped", why + "; observed: iommu=pt on cmdline; 0 iommu group(s)")
+    assert "passed" not in [status for status, dummy in report.values()]
+
+
+def test_preflight_report_with_hardware(case):
+    from ansible_collections.kvshare.dynamo.plugins.module_utils.topology import preflight_report
+    topo = discover(*case("dgx_h100"))
+    facts = {"require_hardware": True, "no_hw_reason": "", "packages": [], "install_packages": True,
+             "has_gpu": True, "has_hca": True, "hw": True, "topology": topo, "gpus": topo["gpus"],
+             "nvidia_version": "NVRM version: NVIDIA UNIX Open Kernel Module 550", "peermem_enabled": False,
+             "gpu_buffers": True, "acs_probe": {"rc": 0, "stdout_lines": ["ACSCtl: SrcValid+ ReqRedir+"]},
+             "acs_bridges": ["0000:15:01.0"], "cmdline": "", "iommu_groups": 4, "ucx_version": ""}
+    report = preflight_report(facts)
+    checks = dict((r["check"], r) for r in report)
+    assert checks["gpus"]["detail"] == "%d GPU(s)" % len(topo["gpus"])
+    assert checks["gdr path"]["detail"] == "DMA-BUF (open kernel modules)"
+    assert checks["acs"]["status"] == "warning" and checks["acs"]["detail"].endswith("would clear 0000:15:01.0")
+    assert checks["iommu"]["status"] == "warning" and checks["ucx version"]["detail"] == "unknown (ucx_info absent)"
+    assert "gpu7 path" in checks
