@@ -15,6 +15,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleError, AnsibleFilterError
 from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
 
+
 def role_defaults(service_defaults):
     """{variable: default} for the variables of _fw.ROLE_DEFAULT_KEYS, from the stack contract
     (kvshare_service_defaults, roles/kvshare), plus the kvcr rule this plan evaluates."""
