@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
@@ -48,22 +47,27 @@ def _host_lookup(hostvars, host):
     return lookup
 
 
-def _role_defaults(service_defaults):
+def _role_defaults(service_defaults, host_lookup=None):
     """role -> {variable: default} for module_utils.ports from the stack contract (kvshare_service_defaults),
-    with the kvcr role's state agent rule as that role writes it."""
-    defaults = dict(service_defaults or {}, kvcr_state_agent_enabled=_fw.KVCR_STATE_AGENT_DEFAULT)
+    with the kvcr role's state agent default evaluated for the host (on by default on slot 0)."""
+    try:
+        slot = host_lookup("kvcr_cache_slot") if host_lookup else None
+    except KeyError:
+        slot = None
+    defaults = dict(service_defaults or {}, kvcr_state_agent_enabled=str(slot) == "0")
     return dict((role, defaults) for role in _ports.SERVICE_ROLES)
 
 
 def service_ports(host, groups, hostvars, service_defaults):
     """The ports the collection's services listen on on ``host`` (see module_utils.ports.host_service_ports)."""
-    return _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host), _role_defaults(service_defaults))[0]
+    lookup = _host_lookup(hostvars, host)
+    return _ports.host_service_ports(str(host), dict(groups), lookup, _role_defaults(service_defaults, lookup))[0]
 
 
 def worker_service_port_errors(workers, host, groups, hostvars, service_defaults):
     """Workers of ``host`` asking for a port another service of the host listens on (defaults included)."""
-    found, errors = _ports.host_service_ports(str(host), dict(groups), _host_lookup(hostvars, host),
-                                              _role_defaults(service_defaults))
+    lookup = _host_lookup(hostvars, host)
+    found, errors = _ports.host_service_ports(str(host), dict(groups), lookup, _role_defaults(service_defaults, lookup))
     return errors + _ports.worker_port_errors(str(host), workers, found)
 
 

@@ -193,3 +193,17 @@ def test_bind_address_shared_by_two_hosts():
     assert ports.bind_address_errors("b", addresses) == [
         "kvshare_bind_address on b: 10.0.0.2 is also the address of c; every host needs its own (each service "
         "listens on and advertises it)"]
+
+
+def test_validation_filter_evaluates_the_state_agent_default_per_host():
+    """The kvcr role runs the state agent on slot 0 by default: its port counts there, not on slot 1."""
+    from ansible_collections.kvshare.dynamo.plugins.filter import validation
+
+    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as fh:
+        contract = yaml.safe_load(fh)["kvshare_service_defaults"]
+    groups = {"kvcr": ["a", "b"], "dynamo": ["a", "b"], "dynamo_workers": ["a", "b"]}
+    hostvars = {"a": {"kvcr_cache_slot": 0}, "b": {"kvcr_cache_slot": 1}}
+    workers = [{"name": "kvcr", "system_port": 9091}]
+    errors = validation.worker_service_port_errors(workers, "a", groups, hostvars, contract)
+    assert any("9091" in e and "kvcr_state_agent_system_port" in e for e in errors), errors
+    assert validation.worker_service_port_errors(workers, "b", groups, hostvars, contract) == []
