@@ -603,7 +603,7 @@ def preflight_report(facts):
     topology = facts.get("topology") or {}
     hw = _as_bool(facts.get("hw"))
     why = "rdma_ucx_require_hardware=%s: %s" % (str(_as_bool(facts.get("require_hardware"))).lower(),
-                                                 str(facts.get("no_hw_reason") or "").strip())
+                                                str(facts.get("no_hw_reason") or "").strip())
     add("packages", "info", " ".join(str(p) for p in facts.get("packages") or [])
         + (" (install enabled)" if facts.get("install_packages") else " (install disabled)"))
     if _as_bool(facts.get("has_gpu")):
@@ -635,7 +635,7 @@ def preflight_report(facts):
         add("acs", "skipped", "lspci -vvv not available" if hw else why)
     groups = facts.get("iommu_groups", 0)
     iommu_pt = re.search(r"(^|\s)iommu=pt(\s|$)", str(facts.get("cmdline") or "")) is not None
-    fine = iommu_pt or not int(groups) > 0
+    fine = iommu_pt or int(groups) <= 0
     add("iommu", ("passed" if fine else "warning") if hw else "skipped",
         ("" if hw else why + "; observed: ") + ("iommu=pt on cmdline; " if iommu_pt else "") + str(groups)
         + " iommu group(s)" + ("" if fine else "; translated IOMMU slows/breaks P2P, consider rdma_ucx_iommu_passthrough"))
