@@ -104,11 +104,23 @@ def worker_probe_targets(workers, bind_address):
     return targets
 
 
-def worker_watch_units(workers, bind_address):
-    """What dynamo_worker_unit_watch needs for each worker: its unit and its own /health."""
-    return [{"name": target["name"], "unit": "dynamo-worker@%s.service" % target["name"],
-             "health_url": target["system_url"] + "/health"}
-            for target in worker_probe_targets(workers, bind_address)]
+def worker_watch_units(workers, bind_address, started=None):
+    """What dynamo_worker_unit_watch needs for each worker: its unit and its own /health, and for
+    a worker just restarted with no_block (`started`: the start task's loop results) the
+    invocation the restart replaces."""
+    replaced = {}
+    for res in started or []:
+        status = res.get("status") or {}
+        if res.get("changed") and status.get("ActiveState") in ("active", "activating", "reloading"):
+            replaced[res.get("item")] = status.get("InvocationID") or ""
+    units = []
+    for target in worker_probe_targets(workers, bind_address):
+        unit = {"name": target["name"], "unit": "dynamo-worker@%s.service" % target["name"],
+                "health_url": target["system_url"] + "/health"}
+        if replaced.get(target["name"]):
+            unit["replaced_invocation"] = replaced[target["name"]]
+        units.append(unit)
+    return units
 
 
 def unit_watch_line(report):

@@ -43,8 +43,9 @@ class UnitTrack:
     began. NRestarts is reset by an explicit (re)start, which the rollout may issue just before
     the watch (no_block): the baseline follows it down."""
 
-    def __init__(self, name, unit, health_url=None, pool=False):
+    def __init__(self, name, unit, health_url=None, pool=False, replaced_invocation=None):
         self.pool = bool(pool)
+        self.replaced_invocation = replaced_invocation or None
         self.name = name
         self.unit = unit
         self.health_url = health_url
@@ -61,6 +62,14 @@ class UnitTrack:
             return int(self.props.get("NRestarts") or 0)
         except ValueError:
             return 0
+
+    @property
+    def current(self):
+        """False while the unit still runs the invocation a queued restart replaces."""
+        if not self.replaced_invocation:
+            return True
+        invocation = self.props.get("InvocationID") or ""
+        return bool(invocation) and invocation != self.replaced_invocation
 
     @property
     def restarts(self):

@@ -49,6 +49,12 @@ options:
         description: The unit is a KV pool service, not a worker (reported as such).
         type: bool
         default: false
+      replaced_invocation:
+        description:
+          - The unit's InvocationID before a C(no_block) restart was queued. Until the unit runs
+            another invocation, its C(/health) is not counted (it may still be the old process
+            answering, ready, before systemd stopped it).
+        type: str
   timeout:
     description: Seconds to wait for readiness.
     type: float
@@ -186,6 +192,7 @@ def main():
                 unit=dict(type="str", required=True),
                 health_url=dict(type="str"),
                 pool=dict(type="bool", default=False),
+                replaced_invocation=dict(type="str"),
             )),
             timeout=dict(type="float", default=300),
             interval=dict(type="float", default=0.5),
@@ -203,7 +210,8 @@ def main():
         module.fail_json(msg="interval must be > 0 and <= 1 (got %s)" % p["interval"])
     systemctl = module.get_bin_path("systemctl", required=True)
     journalctl = module.get_bin_path("journalctl")
-    tracks = [uw.UnitTrack(u["name"], u["unit"], u.get("health_url"), u.get("pool")) for u in p["units"]]
+    tracks = [uw.UnitTrack(u["name"], u["unit"], u.get("health_url"), u.get("pool"), u.get("replaced_invocation"))
+              for u in p["units"]]
     start = time.monotonic()
     window = p["observe"] if p["observe"] > 0 else p["timeout"]
     crashed = []
@@ -212,7 +220,7 @@ def main():
         for track in tracks:
             rc, out, _err = module.run_command([systemctl, "show", "-p", ",".join(uw.SHOW_PROPERTIES), track.unit])
             track.update(uw.parse_show(out) if rc == 0 else {}, now)
-            if track.health_url and (p["observe"] > 0 or track.ready_after is None):
+            if track.health_url and track.current and (p["observe"] > 0 or track.ready_after is None):
                 ok, track.health = get_health(track.health_url, timeout=min(2.0, max(0.5, p["interval"] * 2)))
                 if ok and track.ready_after is None:
                     track.ready_after = now - start

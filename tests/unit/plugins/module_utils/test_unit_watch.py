@@ -96,3 +96,25 @@ def test_journal_tail_drops_the_health_poll_noise():
                      + ["ERROR tower_http::trace::on_failure: response failed 503"] * 5)
     assert uw.journal_tail(text, 40, ["tower_http::trace::on_failure"]) == "Traceback (most recent call last):\nOSError: not a model"
     assert uw.journal_tail(text, 1, []).endswith("503")
+
+
+def test_health_of_the_replaced_invocation_does_not_count():
+    """A no_block restart is only queued when the watch begins: the old process may still answer."""
+    t = uw.UnitTrack("vllm-c", "u", "http://x/health", replaced_invocation="aaa")
+    t.update(dict(props(), InvocationID="aaa"), 0.0)
+    assert not t.current
+    t.update(dict(props(active="activating", sub="start"), InvocationID=""), 0.5)
+    assert not t.current
+    t.update(dict(props(), InvocationID="bbb"), 1.0)
+    assert t.current
+    assert uw.UnitTrack("m", "u").current
+
+
+def test_watch_units_name_the_replaced_invocation():
+    from ansible_collections.kvshare.dynamo.plugins.filter.dynamo import worker_watch_units
+    ws = [{"name": "a", "system_port": 1, "model": "m"}, {"name": "b", "system_port": 2, "model": "m"}]
+    started = [{"item": "a", "changed": True, "status": {"ActiveState": "active", "InvocationID": "aaa"}},
+               {"item": "b", "changed": True, "status": {"ActiveState": "inactive", "InvocationID": ""}}]
+    units = worker_watch_units(ws, "127.0.0.1", started)
+    assert units[0]["replaced_invocation"] == "aaa" and "replaced_invocation" not in units[1]
+    assert units[1]["health_url"] == "http://127.0.0.1:2/health"
