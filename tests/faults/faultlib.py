@@ -153,7 +153,10 @@ def assert_nothing_lost(base):
     for member in group("etcd"):
         got = etcdctl(member, "get --print-value-only %s" % SENTINEL_KEY).strip()
         assert got == base["sentinel"], "etcd key %s lost on %s: %r" % (SENTINEL_KEY, member, got)
-    assert pool_files() >= base["pool_files"], "pool files lost: %d < %d" % (pool_files(), base["pool_files"])
+    # The FS_DAX pool's files are the RM's region allocations: freed when maru-server or the host
+    # stops (the KV cache is volatile by design, as CXL memory is across a power cycle), allocated
+    # again by the workers. What must survive is the RM's state (its secret, below).
+    assert pool_files() > 0 or base["pool_files"] == 0, "no region allocated in the pool after recovery"
     assert maru_secret_digest() == base["maru_secret"], "Maru RM secret changed"
     assert serving_map() is not None, "not every worker serves"
 
