@@ -10,6 +10,7 @@ import json
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
 
@@ -133,7 +134,7 @@ def verify_diagnosis_units(host, hostvars, groups):
     hv = hostvars[host]
     host_groups = [g for g, members in (groups or {}).items() if host in members]
     return _unit_watch.diagnosis_units(host, host_groups, hv.get("dynamo_workers") or [],
-                                       hv.get("kvshare_bind_address"))
+                                       _stack.bind_address_of(hv))
 
 
 def verify_diagnosis(results):
