@@ -90,8 +90,13 @@ def worker_argv(worker, python, discovery_backend="etcd"):
     return argv
 
 
-def worker_probe_targets(workers, bind_address):
-    """What the readiness and verify modules need to find each worker through the frontend."""
+def worker_probe_targets(workers, bind_address, started=None):
+    """What the readiness and verify modules need to find each worker through the frontend.
+
+    With `started` (the start task's loop results), a worker whose unit was already running and
+    was left alone (not changed) needs no completion: its registration is the proof."""
+    untouched = set(res.get("item") for res in started or []
+                    if not res.get("changed") and not res.get("failed") and not res.get("skipped"))
     targets = []
     for worker in workers or []:
         target = {
@@ -101,6 +106,8 @@ def worker_probe_targets(workers, bind_address):
         }
         if worker.get("rpc_port"):
             target["rpc_port"] = int(worker["rpc_port"])
+        if started is not None:
+            target["completion_probe"] = worker["name"] not in untouched
         targets.append(target)
     return targets
 
@@ -214,7 +221,10 @@ def ready_summary(results):
     """One line per worker from dynamo_workers_ready's `workers` result."""
     lines = []
     for res in results or []:
-        if res.get("ready"):
+        if res.get("ready") and res.get("completion_probe") is False:
+            lines.append("%s: left running, registered as instance %s (no completion needed)" % (
+                res.get("name"), res.get("instance_id_str")))
+        elif res.get("ready"):
             lines.append("%s: registered after %.1f s, ready after %.1f s, instance %s" % (
                 res.get("name"), res.get("registered_after_s") or 0.0, res.get("ready_after_s") or 0.0,
                 res.get("instance_id_str")))

@@ -62,6 +62,13 @@ options:
           - The worker's request-plane TCP port when pinned with C(DYN_TCP_RPC_PORT).
           - Optional cross-check of the metrics-based mapping (see description).
         type: int
+      completion_probe:
+        description:
+          - This worker's own O(completion_probe), for a mixed list. A re-run passes V(false) for a
+            worker that was already running and was not restarted: its registration under the
+            instance id of its own C(/metrics) is then the proof, and no request is sent.
+          - Unset, the module's O(completion_probe) applies.
+        type: bool
   timeout:
     description: Overall deadline in seconds.
     type: float
@@ -146,6 +153,9 @@ workers:
     ready_after_s:
       description: Seconds from the start of the task until the worker was ready.
       type: float
+    completion_probe:
+      description: Whether a completion was required of this worker (else its registration was the proof).
+      type: bool
     probes:
       description: Number of completion probes sent to this worker.
       type: int
@@ -224,6 +234,8 @@ def wait_for_workers(frontend_url, workers, timeout=300.0, interval=0.5, request
             "model": w["model"],
             "system_url": w["system_url"],
             "rpc_port": w.get("rpc_port"),
+            "completion_probe": bool(completion_probe if w.get("completion_probe") is None
+                                     else w["completion_probe"]),
             "instance_id": None,
             "instance_id_str": None,
             "mapping_method": None,
@@ -270,7 +282,7 @@ def wait_for_workers(frontend_url, workers, timeout=300.0, interval=0.5, request
                 st["registered"] = True
                 if st["registered_after_s"] is None:
                     st["registered_after_s"] = round(clock() - start, 3)
-            if not completion_probe:
+            if not st["completion_probe"]:
                 st["ready"] = True
                 st["ready_after_s"] = round(clock() - start, 3)
                 st["last_error"] = None
@@ -333,6 +345,7 @@ def main():
                 model=dict(type="str", required=True),
                 system_url=dict(type="str", required=True),
                 rpc_port=dict(type="int"),
+                completion_probe=dict(type="bool"),
             )),
             timeout=dict(type="float", default=300.0),
             interval=dict(type="float", default=0.5),

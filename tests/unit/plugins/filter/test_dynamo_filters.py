@@ -128,6 +128,15 @@ def test_probe_targets_carry_what_the_ready_module_takes():
                        {"name": "b", "model": "/m", "system_url": "http://127.0.10.2:18082"}]
 
 
+def test_probe_targets_ask_a_completion_only_of_workers_started_or_restarted():
+    workers = [{"name": n, "engine": "mocker", "model": "/m", "system_port": 18080 + i} for i, n in enumerate("abcd")]
+    started = [{"item": "a", "changed": False, "status": {"ActiveState": "active"}},  # running, left alone
+               {"item": "b", "changed": True},                                      # restarted (config)
+               {"item": "c", "changed": False, "failed": True}]                     # start failed
+    targets = f.worker_probe_targets(workers, "127.0.10.2", started)
+    assert [(t["name"], t["completion_probe"]) for t in targets] == [("a", False), ("b", True), ("c", True), ("d", True)]
+
+
 EXAMPLE = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
            "kv_connector_extra_config": {"shared_storage_path": "/srv/kv"}}
 MARU = {"kv_connector": "MaruKVConnector", "kv_connector_module_path": "maru_vllm", "kv_role": "kv_both",
@@ -193,6 +202,8 @@ def test_named_pairs_and_unknown_names():
 def test_ready_summary_lines():
     lines = f.ready_summary([{"name": "a", "ready": True, "registered_after_s": 20.04, "ready_after_s": 20.1,
                               "instance_id_str": "7669808465864704572"},
-                             {"name": "b", "ready": False, "last_error": "not registered"}])
+                             {"name": "b", "ready": False, "last_error": "not registered"},
+                             {"name": "c", "ready": True, "completion_probe": False, "instance_id_str": "42"}])
     assert lines == ["a: registered after 20.0 s, ready after 20.1 s, instance 7669808465864704572",
-                     "b: NOT READY (not registered)"]
+                     "b: NOT READY (not registered)",
+                     "c: left running, registered as instance 42 (no completion needed)"]

@@ -150,6 +150,34 @@ def test_registration_only_without_probe(sites):
     assert fe.site.posts() == []
 
 
+def test_mixed_list_probes_only_the_workers_that_ask_for_it(sites, capsys):
+    # a re-run: A was restarted (completion required), M kept running (its registration suffices)
+    fe = Frontend(["frontend_health_instances.json"])
+    a = metrics_site(["vllm_worker_metrics_full.txt"])
+    m = metrics_site(["mocker_worker_metrics_full.txt"])
+    sites.extend([fe, a, m])
+    rc, out = run_main(dict(frontend_url=fe.url, workers=[
+        {"name": "A", "model": "tiny", "system_url": a.url},
+        {"name": "M", "model": "tinym", "system_url": m.url, "completion_probe": False}]), capsys)
+    assert rc == 0 and out["not_ready"] == []
+    wa, wm = out["workers"]
+    assert (wa["completion_probe"], wa["probes"]) == (True, 1)
+    assert (wm["completion_probe"], wm["probes"], wm["registered"], wm["ready"]) == (False, 0, True, True)
+    assert [p["nvext"]["backend_instance_id"] for p in fe.site.posts()] == [A_ID]
+
+
+def test_registration_alone_is_not_enough_when_unregistered(sites):
+    # completion_probe false never passes a worker the frontend does not list
+    fe = Frontend(["frontend_health_b_not_registered.json"])
+    b = metrics_site(["vllm_worker_metrics_preregistration.txt"])
+    sites.extend([fe, b])
+    res = dwr.wait_for_workers(fe.url, [{"name": "B", "model": "tiny", "system_url": b.url,
+                                         "completion_probe": False}],
+                               timeout=0.3, interval=0.1, request_timeout=1)
+    assert res["not_ready"] == ["B"] and not res["workers"][0]["registered"]
+    assert fe.site.posts() == []
+
+
 def test_frontend_down(sites):
     a = metrics_site(["vllm_worker_metrics_full.txt"])
     sites.append(a)
