@@ -102,17 +102,17 @@ RENDER = """
       ansible.builtin.set_fact:
         __render_plan: "{{ __render_plan | default([]) + item }}"
       loop:
-        - "{{ [{'dest': firewall_ruleset_path, 'src': '%(firewall)s/kvshare.nft.j2'}]
+        - "{{ [{'dest': __firewall_ruleset_path, 'src': '%(firewall)s/kvshare.nft.j2'}]
               if inventory_hostname in groups['etcd'] | default([]) + groups['dynamo'] | default([]) + groups['maru_pool'] | default([])
                  + groups['kvcr'] | default([]) + groups['rdma_ucx'] | default([]) else [] }}"
-        - "{{ ([{'dest': rdma_ucx_modules_load_file, 'src': '%(rdma_ucx)s/modules-load.conf.j2'},
-                {'dest': rdma_ucx_limits_file, 'src': '%(rdma_ucx)s/limits.conf.j2'}]
-               + (rdma_ucx_memlock_dropin_units | map('regex_replace', '^(.*)$', rdma_ucx_systemd_unit_dir ~ '/\\\\1.d/50-kvshare-memlock.conf')
+        - "{{ ([{'dest': __rdma_ucx_modules_load_file, 'src': '%(rdma_ucx)s/modules-load.conf.j2'},
+                {'dest': __rdma_ucx_limits_file, 'src': '%(rdma_ucx)s/limits.conf.j2'}]
+               + (rdma_ucx_memlock_dropin_units | map('regex_replace', '^(.*)$', __rdma_ucx_systemd_unit_dir ~ '/\\\\1.d/50-kvshare-memlock.conf')
                   | map('community.general.dict_kv', 'dest') | map('combine', {'src': '%(rdma_ucx)s/memlock-dropin.conf.j2'}) | list)
                + (__rdma_ucx_gpus | map('community.general.dict_kv', 'gpu')
                   | map('combine', {'src': '%(rdma_ucx)s/gpu.env.j2'}) | list)
-               + ([{'dest': rdma_ucx_acs_script, 'src': '%(rdma_ucx)s/acs-clear.sh.j2'},
-                   {'dest': rdma_ucx_systemd_unit_dir ~ '/' ~ rdma_ucx_acs_unit, 'src': '%(rdma_ucx)s/kvshare-acs-clear.service.j2'}]
+               + ([{'dest': __rdma_ucx_acs_script, 'src': '%(rdma_ucx)s/acs-clear.sh.j2'},
+                   {'dest': __rdma_ucx_systemd_unit_dir ~ '/' ~ __rdma_ucx_acs_unit, 'src': '%(rdma_ucx)s/kvshare-acs-clear.service.j2'}]
                   if rdma_ucx_clear_acs | bool and __rdma_ucx_acs_bridges | length > 0 else []))
               if inventory_hostname in groups['rdma_ucx'] | default([]) else [] }}"
         - "{{ ([{'dest': '/etc/systemd/system/maru-resource-manager.service', 'src': '%(maru_pool)s/maru-resource-manager.service.j2'},
@@ -124,29 +124,29 @@ RENDER = """
                + ((maru_pool_lmcache_configs | dict2items | map('community.general.dict_kv', 'item')
                    | map('combine', {'src': '%(maru_pool)s/lmcache-maru.yaml.j2'}) | list) if maru_pool_connector == 'lmcache' else []))
               if inventory_hostname in groups['maru_pool'] | default([]) else [] }}"
-        - "{{ [{'dest': etcd_config_dir ~ '/etcd.env', 'src': '%(etcd)s/etcd.env.j2'},
-               {'dest': etcd_config_dir ~ '/etcdctl.env', 'src': '%(etcd)s/etcdctl.env.j2'},
+        - "{{ [{'dest': __etcd_config_dir ~ '/etcd.env', 'src': '%(etcd)s/etcd.env.j2'},
+               {'dest': __etcd_config_dir ~ '/etcdctl.env', 'src': '%(etcd)s/etcdctl.env.j2'},
                {'dest': '/etc/systemd/system/etcd.service', 'src': '%(etcd)s/etcd.service.j2'},
-               {'dest': etcd_config_dir ~ '/bootstrap.env', 'src': '%(etcd)s/bootstrap.env.j2'}]
+               {'dest': __etcd_config_dir ~ '/bootstrap.env', 'src': '%(etcd)s/bootstrap.env.j2'}]
               if inventory_hostname in groups['etcd'] | default([]) else [] }}"
         - "{{ (([{'dest': __etcd_client_proxy_dir ~ '/haproxy.cfg', 'src': '%(etcd_client)s/etcd-client-proxy.cfg.j2'},
                  {'dest': '/etc/systemd/system/etcd-client-proxy.service', 'src': '%(etcd_client)s/etcd-client-proxy.service.j2'}]
                 if etcd_client_proxy_enabled else [])
                + [{'dest': etcd_client_env_file, 'src': '%(etcd_client)s/client.env.j2'}])
               if inventory_hostname in groups['dynamo'] | default([]) else [] }}"
-        - "{{ [{'dest': dynamo_frontend_config_dir ~ '/frontend.env', 'src': '%(dynamo_frontend)s/frontend.env.j2'},
+        - "{{ [{'dest': __dynamo_frontend_config_dir ~ '/frontend.env', 'src': '%(dynamo_frontend)s/frontend.env.j2'},
                {'dest': '/etc/systemd/system/dynamo-frontend.service', 'src': '%(dynamo_frontend)s/dynamo-frontend.service.j2'}]
               if inventory_hostname in groups['dynamo_frontend'] | default([]) else [] }}"
-        - "{{ (([{'dest': kvcr_tmpfiles_file, 'src': '%(kvcr)s/tmpfiles.conf.j2'},
-                 {'dest': kvcr_config_dir ~ '/kvcr-service.env', 'src': '%(kvcr)s/service.env.j2'},
-                 {'dest': kvcr_unit_dir ~ '/' ~ kvcr_service_unit, 'src': '%(kvcr)s/kvcr-service.service.j2'}]
+        - "{{ (([{'dest': __kvcr_tmpfiles_file, 'src': '%(kvcr)s/tmpfiles.conf.j2'},
+                 {'dest': __kvcr_config_dir ~ '/kvcr-service.env', 'src': '%(kvcr)s/service.env.j2'},
+                 {'dest': __kvcr_unit_dir ~ '/' ~ __kvcr_service_unit, 'src': '%(kvcr)s/kvcr-service.service.j2'}]
                 if kvcr_variant == 'memory_service' else [])
-               + ([{'dest': kvcr_config_dir ~ '/kvcr-state-agent.env', 'src': '%(kvcr)s/state-agent.env.j2'},
-                   {'dest': kvcr_unit_dir ~ '/' ~ kvcr_state_agent_unit, 'src': '%(kvcr)s/kvcr-state-agent.service.j2'}]
+               + ([{'dest': __kvcr_config_dir ~ '/kvcr-state-agent.env', 'src': '%(kvcr)s/state-agent.env.j2'},
+                   {'dest': __kvcr_unit_dir ~ '/' ~ __kvcr_state_agent_unit, 'src': '%(kvcr)s/kvcr-state-agent.service.j2'}]
                   if kvcr_state_agent_enabled | bool else [])
-               + [{'dest': kvcr_unit_dir ~ '/dynamo-worker@' ~ kvcr_worker_name ~ '.service.d/20-kvcr.conf', 'src': '%(kvcr)s/worker-kvcr.conf.j2'}]
-               + ([{'dest': kvcr_unit_dir ~ '/' ~ kvcr_health_unit ~ '.service', 'src': '%(kvcr)s/kvcr-health.service.j2'},
-                   {'dest': kvcr_unit_dir ~ '/' ~ kvcr_health_unit ~ '.timer', 'src': '%(kvcr)s/kvcr-health.timer.j2'}]
+               + [{'dest': __kvcr_unit_dir ~ '/dynamo-worker@' ~ kvcr_worker_name ~ '.service.d/20-kvcr.conf', 'src': '%(kvcr)s/worker-kvcr.conf.j2'}]
+               + ([{'dest': __kvcr_unit_dir ~ '/' ~ __kvcr_health_unit ~ '.service', 'src': '%(kvcr)s/kvcr-health.service.j2'},
+                   {'dest': __kvcr_unit_dir ~ '/' ~ __kvcr_health_unit ~ '.timer', 'src': '%(kvcr)s/kvcr-health.timer.j2'}]
                   if __kvcr_health_active | bool else []))
               if inventory_hostname in groups['kvcr'] | default([]) else [] }}"
         - "{{ ([{'dest': '/etc/systemd/system/dynamo-worker@.service', 'src': '%(dynamo_worker)s/dynamo-worker@.service.j2'}]
@@ -164,8 +164,8 @@ RENDER = """
       vars:
         dest_of:
           gpu.env.j2: "{{ rdma_ucx_env_dir }}/gpu{{ item.gpu.index | default('') }}.env"
-          lmcache-maru.yaml.j2: "{{ maru_pool_lmcache_config_dir | default('') }}/{{ item.item.key | default('') }}.yaml"
-          worker.env.j2: "{{ dynamo_worker_config_dir | default('') }}/workers/{{ item.worker.name | default('') }}.env"
+          lmcache-maru.yaml.j2: "{{ __maru_pool_lmcache_config_dir | default('') }}/{{ item.item.key | default('') }}.yaml"
+          worker.env.j2: "{{ __dynamo_worker_config_dir | default('') }}/workers/{{ item.worker.name | default('') }}.env"
           worker-exec.conf.j2: "/etc/systemd/system/dynamo-worker@{{ item.worker.name | default('') }}.service.d/10-exec.conf"
         text: "{{ lookup('ansible.builtin.template', item.src, template_vars=item) }}"
       loop: "{{ __render_plan }}"

@@ -79,7 +79,7 @@ RENDER = """
     firewall_enabled: true
     firewall_loopback_accept: localhost
     firewall_frontend_sources: [127.0.20.0/24]
-    firewall_ruleset_path: "{{ out }}/drop/kvshare.nft"
+    __firewall_ruleset_path: "{{ out }}/drop/kvshare.nft"
     firewall_nftables_conf: "{{ out }}/drop/nftables.conf"
   tasks:
     - name: Validate (the role's preflight)
@@ -96,7 +96,7 @@ RENDER = """
         tasks_from: configure
       vars:
         firewall_policy: accept
-        firewall_ruleset_path: "{{ out }}/accept/kvshare.nft"
+        __firewall_ruleset_path: "{{ out }}/accept/kvshare.nft"
         firewall_nftables_conf: "{{ out }}/accept/nftables.conf"
 """
 
@@ -106,7 +106,7 @@ ABSENT = """
   gather_facts: false
   vars:
     firewall_state: absent
-    firewall_ruleset_path: "{{ out }}/drop/kvshare.nft"
+    __firewall_ruleset_path: "{{ out }}/drop/kvshare.nft"
     firewall_nftables_conf: "{{ out }}/drop/nftables.conf"
   roles:
     - role: kvshare.dynamo.firewall

@@ -44,7 +44,7 @@ def render(gpu, **overrides):
                              undefined=jinja2.StrictUndefined)
     env.filters["comment"] = comment
     ctx = {"ansible_managed": "Ansible managed", "rdma_ucx_env_dir": "/etc/kvshare/ucx",
-           "rdma_ucx_systemd_limit_memlock": "infinity", "rdma_ucx_set_cuda_visible_devices": False,
+           "__rdma_ucx_systemd_limit_memlock": "infinity", "rdma_ucx_set_cuda_visible_devices": False,
            "rdma_ucx_tls": "", "rdma_ucx_gpu_direct_rdma": "yes", "rdma_ucx_gid_index": "",
            "__rdma_ucx_max_hca_auto": True, "rdma_ucx_extra_env": {}, "gpu": gpu}
     ctx.update(overrides)
@@ -113,13 +113,13 @@ def host_vars(tmp, name, topology, **extra):
         "rdma_ucx_install_packages": False,
         "rdma_ucx_topology_facts": topology,
         "rdma_ucx_env_dir": base + "/etc/kvshare/ucx",
-        "rdma_ucx_modules_load_file": base + "/etc/modules-load.d/kvshare-rdma.conf",
-        "rdma_ucx_limits_file": base + "/etc/security/limits.d/90-kvshare-rdma.conf",
-        "rdma_ucx_acs_script": base + "/usr/local/libexec/kvshare/acs-clear.sh",
-        "rdma_ucx_acs_unit": "kvshare-test-never-installed-%s.service" % name,
-        "rdma_ucx_grub_dropin": base + "/etc/default/grub.d/90-kvshare-gpudirect.cfg",
-        "rdma_ucx_state_dir": base + "/var/lib/kvshare",
-        "rdma_ucx_systemd_unit_dir": base + "/etc/systemd/system",
+        "__rdma_ucx_modules_load_file": base + "/etc/modules-load.d/kvshare-rdma.conf",
+        "__rdma_ucx_limits_file": base + "/etc/security/limits.d/90-kvshare-rdma.conf",
+        "__rdma_ucx_acs_script": base + "/usr/local/libexec/kvshare/acs-clear.sh",
+        "__rdma_ucx_acs_unit": "kvshare-test-never-installed-%s.service" % name,
+        "__rdma_ucx_grub_dropin": base + "/etc/default/grub.d/90-kvshare-gpudirect.cfg",
+        "__rdma_ucx_state_dir": base + "/var/lib/kvshare",
+        "__rdma_ucx_systemd_unit_dir": base + "/etc/systemd/system",
     }
     hv.update(extra)
     return hv
@@ -194,11 +194,11 @@ def test_role_bad_input_fails_in_preflight(tmp_path):
     hosts = {
         # hardware required: the override is validated against the (fixture) sysfs by the module
         "bad_override": host_vars(tmp_path, "bad_override", {}, rdma_ucx_require_hardware=True,
-                                  rdma_ucx_sysfs_root=root, rdma_ucx_hca_overrides={"0": "mlx5_42:1"}),
+                                  __rdma_ucx_sysfs_root=root, rdma_ucx_hca_overrides={"0": "mlx5_42:1"}),
         "bad_tls": host_vars(tmp_path, "bad_tls", node, rdma_ucx_tls="rc_x,ud_x"),
         "forced_peermem": host_vars(tmp_path, "forced_peermem", node, rdma_ucx_peermem=True),
         "no_hardware": host_vars(tmp_path, "no_hardware", {}, rdma_ucx_require_hardware=True,
-                                 rdma_ucx_sysfs_root=str(tmp_path / "empty")),
+                                 __rdma_ucx_sysfs_root=str(tmp_path / "empty")),
     }
     if os.path.exists("/usr/bin/ofed_info") or os.path.exists("/usr/src/ofa_kernel"):
         del hosts["forced_peermem"]
