@@ -62,9 +62,11 @@ lint() {
   ANSIBLE_HOME="$REPO/.ansible" ansible-lint --offline -q
 }
 
+# Two xdist workers, whole files each (the bad-input suite shares one run of its cases): most tests
+# wait on single-threaded ansible-playbook runs.
 unit() {
-  echo "== pytest (unit and playbook-logic tests)"
-  python -m pytest -q tests
+  echo "== pytest (unit and playbook-logic tests; ${KVSHARE_PYTEST_WORKERS:-2} workers)"
+  python -m pytest -q -n "${KVSHARE_PYTEST_WORKERS:-2}" --dist loadfile tests
   echo "== playbook coverage"
   python tests/playbook_coverage.py
 }
@@ -156,11 +158,12 @@ molecule_keep() {
   molecule test --destroy never
 }
 
-# CI after molecule_create_bg: the scenario's sequence on the hosts created meanwhile
-# (check = site.yml --check on the fresh hosts; see molecule.yml's test_sequence).
+# CI after molecule_create_bg: the scenario's sequence on the hosts created meanwhile, less its
+# `check` step (site.yml --check on the fresh hosts, about 5 minutes: `./dev.sh molecule` runs it;
+# the testinfra checks run --check on the converged stack).
 molecule_rest() {
-  echo "== molecule syntax, check (fresh hosts), converge, idempotence, verify (hosts kept)"
-  molecule syntax && molecule converge -- --check && molecule converge && molecule idempotence && molecule verify
+  echo "== molecule syntax, converge, idempotence, verify (hosts kept)"
+  molecule syntax && molecule converge && molecule idempotence && molecule verify
 }
 
 # The sandbox build (base image, wheelhouse, model: disk and network, little CPU) runs in the
@@ -222,6 +225,21 @@ sandbox() {
   ansible-playbook -i inventories/sandbox verify.yml
 }
 
+# One step of `test`: its output to LOGS/<step>.log, its verdict and time to LOGS/results.
+run_step() {
+  local logs=$1 step=$2 t0 rc=0
+  t0=$(date +%s)
+  $step >"$logs/$step.log" 2>&1 || rc=$?
+  echo "$([ $rc -eq 0 ] && echo PASS || echo FAIL) $step ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
+  return $rc
+}
+
+# Steps one after another, up to the first that fails.
+lane() {
+  local logs=$1 step; shift
+  for step in "$@"; do run_step "$logs" "$step" || return 1; done
+}
+
 case "${1:-}" in
   bootstrap) bootstrap ;;
   link) ;;  # link_collection above: ansible.cfg's collections_path finds this checkout
@@ -239,24 +257,33 @@ case "${1:-}" in
   molecule) bootstrap; molecule_test ;;
   test)
     bootstrap
-    start=$(date +%s); results=(); logs=$(mktemp -d)
+    start=$(date +%s); logs=$(mktemp -d)
     # The fault suite (./dev.sh faults) is not in this list: with real Maru and three vLLM engines
     # the whole run no longer fits CI's 45 minutes (docs/development.md).
     molecule_create_bg "$logs"
-    for step in lint sanity unit build "molecule_create_wait $logs" molecule_rest; do
-      t0=$(date +%s)
-      if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
-        results+=("PASS ${step%% *} ($(( $(date +%s) - t0 )) s)")
-      else
-        results+=("FAIL ${step%% *} ($(( $(date +%s) - t0 )) s)")
-        wait "$CREATE_PID" 2>/dev/null || true
-        molecule_destroy || true
-        printf '%s\n' "${results[@]}"; exit 1
-      fi
+    # CI has two cores: lint, sanity and the build (single-threaded, one after another) in one lane,
+    # pytest in the other; each step's output goes to its log, printed once both lanes are done.
+    lane "$logs" lint sanity build & lane_checks=$!
+    lane "$logs" unit & lane_unit=$!
+    rc=0; wait "$lane_checks" || rc=1; wait "$lane_unit" || rc=1
+    for step in lint sanity build unit; do
+      if [ -f "$logs/$step.log" ]; then echo "######## $step"; cat "$logs/$step.log"; fi
     done
-    molecule_destroy
-    echo "== summary ($(( $(date +%s) - start )) s)"; printf '%s\n' "${results[@]}"
+    if [ $rc -eq 0 ]; then
+      for step in "molecule_create_wait $logs" molecule_rest; do
+        t0=$(date +%s)
+        if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+          echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
+        else
+          echo "FAIL ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"; rc=1; break
+        fi
+      done
+    fi
+    wait "$CREATE_PID" 2>/dev/null || true
+    molecule_destroy || true
+    echo "== summary ($(( $(date +%s) - start )) s)"; cat "$logs/results"
     grep -h -E "^bad inputs rejected|^faults survived|^nothing lost" "$logs"/*.log || true
+    exit $rc
     ;;
   *) sed -n '2,9p' "$0"; exit 2 ;;
 esac

@@ -16,7 +16,10 @@ COLLECTIONS = os.path.join(REPO, "collections")
 _LINK = os.path.join(COLLECTIONS, "ansible_collections", "kvshare", "dynamo")
 if not os.path.islink(_LINK):
     os.makedirs(os.path.dirname(_LINK), exist_ok=True)
-    os.symlink(os.path.join("..", "..", ".."), _LINK)
+    try:
+        os.symlink(os.path.join("..", "..", ".."), _LINK)
+    except FileExistsError:  # another pytest-xdist worker made it first
+        pass
 if COLLECTIONS not in sys.path:
     sys.path.insert(0, COLLECTIONS)
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -79,3 +82,21 @@ def _loopback_only():
     refused, ansible_guard.RECORDED[:] = list(ansible_guard.RECORDED), []
     if refused:
         pytest.fail("left loopback: %s" % " | ".join(refused), pytrace=False)
+
+
+# "bad inputs rejected N/N" at the end of a run that includes the bad-input suite. Here, not in
+# tests/bad_inputs/: under pytest-xdist only the controller reports, and it loads this file alone.
+_BAD_INPUTS = {"passed": 0, "total": 0}
+
+
+def pytest_runtest_logreport(report):
+    if "test_bad_input_rejected[" not in report.nodeid:
+        return
+    if report.when == "call" or (report.when == "setup" and report.outcome != "passed"):
+        _BAD_INPUTS["total"] += 1
+        _BAD_INPUTS["passed"] += report.outcome == "passed"
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _BAD_INPUTS["total"]:
+        terminalreporter.write_line("bad inputs rejected %d/%d" % (_BAD_INPUTS["passed"], _BAD_INPUTS["total"]))
