@@ -430,9 +430,7 @@ def _plan_etcd(b, opts, where):
 
 def _plan_workers(b, opts, where):
     host = b.host
-    worker_list = b.inv.own(host, "dynamo_worker_instances", _MISSING)
-    if worker_list is _MISSING:
-        worker_list = b.inv.own(host, "dynamo_workers", [])
+    worker_list = b.inv.own(host, "dynamo_workers", [])
     if worker_list in (None, ""):
         worker_list = []
     if not isinstance(worker_list, (list, tuple)):

@@ -150,9 +150,9 @@ RENDER = """
                   if __kvcr_health_active | bool else []))
               if inventory_hostname in groups['kvcr'] | default([]) else [] }}"
         - "{{ ([{'dest': '/etc/systemd/system/dynamo-worker@.service', 'src': '%(dynamo_worker)s/dynamo-worker@.service.j2'}]
-               + (dynamo_worker_instances | map('community.general.dict_kv', 'worker')
+               + (dynamo_workers | default([]) | map('community.general.dict_kv', 'worker')
                   | map('combine', {'src': '%(dynamo_worker)s/worker.env.j2'}) | list)
-               + (dynamo_worker_instances | map('community.general.dict_kv', 'worker')
+               + (dynamo_workers | default([]) | map('community.general.dict_kv', 'worker')
                   | map('combine', {'src': '%(dynamo_worker)s/worker-exec.conf.j2'}) | list))
               if inventory_hostname in groups['dynamo_workers'] | default([]) else [] }}"
       loop_control:

@@ -54,7 +54,7 @@ def test_worker_keys_match_the_role_argument_spec():
     with open(os.path.join(REPO, "roles", "dynamo_worker", "meta", "argument_specs.yml")) as fh:
         specs = yaml.safe_load(fh)["argument_specs"]
     for entry in ("main", "preflight"):
-        options = specs[entry]["options"]["dynamo_worker_instances"]["options"]
+        options = specs[entry]["options"]["dynamo_workers"]["options"]
         assert dict((k, v["type"]) for k, v in options.items()) == w.WORKER_KEYS, entry
 
 
