@@ -462,6 +462,280 @@ def wait_stored(read, before, timeout, clock=time.monotonic, sleep=time.sleep, i
         sleep(interval)
 
 
+def _new_report(model, wa, wb, nonce, prompt_words, min_prompt_tokens, hit_rate_threshold):
+    """The report before anything was measured (every key the result documents)."""
+    return {
+        "pair": "%s -> %s" % (wa["name"], wb["name"]),
+        "model": model,
+        "nonce": nonce,
+        "prompt_words": prompt_words,
+        "min_prompt_tokens": min_prompt_tokens,
+        "hit_rate_threshold": hit_rate_threshold,
+        "worker_a": {"name": wa["name"], "system_url": wa["system_url"], "engine": wa["engine"]},
+        "worker_b": {"name": wb["name"], "system_url": wb["system_url"], "engine": wb["engine"]},
+        "prompt_tokens": None,
+        "request_a": None, "request_b": None, "a": None, "b": None, "cross": {},
+        "b_hit_rate": None, "ttft_a_s": None, "ttft_b_s": None, "total_a_s": None,
+        "total_b_s": None, "speedup": None, "b_token_split": None, "texts_identical": None,
+        "warmup": {}, "store": None, "checks": [], "verdict": None, "reasons": [],
+    }
+
+
+def _finish(report, checks, verdict, workers):
+    """Record the checks and the verdict in the report (reasons only when it did not pass)."""
+    report["checks"] = checks.items
+    report["reasons"] = checks.reasons if verdict != "passed" else []
+    if verdict == "not_applicable":
+        report["reasons"] = checks.reasons + [
+            "engine mocker on %s: the mocker has no KV connector, so cross-instance KV "
+            "sharing cannot be proven (routing and answers were checked)"
+            % " and ".join(w["name"] for w in workers if w["engine"] == "mocker")]
+    report["verdict"] = verdict
+    return report
+
+
+def _map_workers(frontend_url, workers, report, checks, request_timeout):
+    """Step 1: each worker's instance id, re-read now. Return {"a": id, "b": id}, or None (the
+    reason is in ``checks``) when either is unknown or unregistered, or both are the same."""
+    _res, instances, ferr = dynamo_http.fetch_instances(frontend_url, request_timeout)
+    if instances is None:
+        checks.add("frontend_instances", False, ferr)
+        return None
+    ids = {}
+    for key, w in zip(("a", "b"), workers):
+        m = dynamo_http.map_worker(w["system_url"], instances, request_timeout,
+                                   rpc_port=w.get("rpc_port"))
+        rep = report["worker_" + key]
+        rep["instance_id"] = m.instance_id
+        rep["instance_id_str"] = None if m.instance_id is None else str(m.instance_id)
+        rep["mapping_method"] = m.method
+        if m.instance_id is None:
+            checks.add("map_" + key, False, "worker %s: %s" % (w["name"], m.error))
+        elif not m.registered:
+            checks.add("map_" + key, False, "worker %s (instance %d) is not registered with the "
+                       "frontend (not among /health generate instances)"
+                       % (w["name"], m.instance_id))
+        else:
+            checks.add("map_" + key, True, "worker %s is instance %d (%s)"
+                       % (w["name"], m.instance_id, m.method))
+            ids[key] = m.instance_id
+    if len(ids) < 2:
+        return None
+    if ids["a"] == ids["b"]:
+        checks.add("distinct_workers", False, "worker A and worker B are the same instance %d "
+                   "(same system_url?)" % ids["a"])
+        return None
+    return ids
+
+
+def _warm_up(completions, model, ids, nonce, prompt_words, request_timeout, report):
+    """One 1-token request of another prompt to each worker (first-request costs out of the way)."""
+    for key in ("a", "b"):
+        wprompt = build_prompt("warmup-%s-%s" % (key, nonce), prompt_words)
+        res = dynamo_http.post_json(completions, dynamo_http.completion_payload(
+            model, wprompt, 1, instance_id=ids[key], temperature=0), request_timeout)
+        report["warmup"][key] = {"status": res.status, "elapsed_s": round(res.elapsed_s, 4),
+                                 "error": None if res.ok else res.describe()}
+
+
+def _wait_a_stored(store_bytes, report, checks, store_timeout, clock, sleep):
+    """Between A and B: wait until A's KV has landed in the pool (more bytes, settled)."""
+    store = report["store"]
+    store["after"], store["wait_s"], err = wait_stored(store_bytes, store["before"], store_timeout,
+                                                       clock, sleep)
+    store["error"] = store["error"] or err
+    if err:
+        checks.add("a_stored", False, "worker A's KV did not land in the pool: %s" % err)
+    else:
+        checks.add("a_stored", True, "worker A's KV landed in the pool: %s more bytes after %.2f s"
+                   % (_fmt(store["after"] - store["before"]), store["wait_s"]))
+
+
+def _request(target, completions, model, prompt, max_tokens, ids, urls, engines,
+             request_timeout, metrics_wait_s, clock, sleep):
+    """Send the prompt to ``target`` ("a" or "b") and measure both workers around it.
+    Return (the streamed result, {worker key: its metric deltas during the request})."""
+    before = {}
+    snap_err = {}
+    for k in ("a", "b"):
+        before[k], snap_err[k] = _snapshot(urls[k], request_timeout)
+    payload = dynamo_http.completion_payload(model, prompt, max_tokens,
+                                             instance_id=ids[target], temperature=0,
+                                             stream=True, include_usage=True)
+    sr = dynamo_http.stream_completion(completions, payload, request_timeout)
+    after = {}
+    other = "b" if target == "a" else "a"
+    after[target], err_t = _wait_metrics(urls[target], before[target], model,
+                                         engines[target], sr.prompt_tokens,
+                                         request_timeout, metrics_wait_s, clock, sleep)
+    after[other], err_o = _snapshot(urls[other], request_timeout)
+    snap_err[target] = snap_err[target] or err_t
+    snap_err[other] = snap_err[other] or err_o
+    deltas = {k: worker_deltas(before[k], after[k], model) for k in ("a", "b")}
+    for k in ("a", "b"):
+        if snap_err[k]:
+            deltas[k]["metrics_error"] = snap_err[k]
+    return sr, deltas
+
+
+def _summarise(report, results, deltas):
+    """Requests, deltas and timings into the report. Return the prompt's token count (or None)."""
+    ra, rb = results["a"], results["b"]
+    report["request_a"] = _request_summary(ra)
+    report["request_b"] = _request_summary(rb)
+    report["a"] = deltas["a"]["a"]
+    report["b"] = deltas["b"]["b"]
+    report["cross"] = {"b_during_a": deltas["a"]["b"], "a_during_b": deltas["b"]["a"]}
+    report["ttft_a_s"] = report["request_a"]["ttft_s"]
+    report["ttft_b_s"] = report["request_b"]["ttft_s"]
+    report["total_a_s"] = report["request_a"]["total_s"]
+    report["total_b_s"] = report["request_b"]["total_s"]
+    if report["ttft_a_s"] and report["ttft_b_s"]:
+        report["speedup"] = round(report["ttft_a_s"] / report["ttft_b_s"], 3)
+    ptoks = rb.prompt_tokens if rb.prompt_tokens is not None else ra.prompt_tokens
+    if ptoks is None:
+        ptoks = report["b"]["queries"] if report["b"]["queries"] else report["a"]["queries"]
+    report["prompt_tokens"] = ptoks
+    return ptoks
+
+
+def _check_answers(checks, results, names, ids):
+    """Step 2: both requests answered 200 with a complete stream."""
+    for key in ("a", "b"):
+        sr = results[key]
+        if sr.ok and sr.status == 200:
+            checks.add("answer_" + key, True, "worker %s answered 200 (%s chunks, [DONE])"
+                       % (names[key], len(sr.chunks)))
+        else:
+            checks.add("answer_" + key, False, "request to worker %s (instance %d) failed: %s"
+                       % (names[key], ids[key], sr.error or "error events %s" % sr.error_events)
+                       + (" body: %s" % sr.error_body[:200] if sr.error_body else ""))
+
+
+def _check_routing(checks, deltas, names):
+    """Step 3: each request raised its target's generate counter, and not the other's."""
+    for key in ("a", "b"):
+        other = "b" if key == "a" else "a"
+        t = deltas[key][key]["generate_requests"]
+        o = deltas[key][other]["generate_requests"]
+        if t is None or o is None:
+            checks.add("routed_" + key, None, "routing not measurable: %s missing on a worker"
+                       % GENERATE_REQUESTS)
+        elif t >= 1 and o == 0:
+            checks.add("routed_" + key, True, "request for %s reached %s only"
+                       % (names[key], names[key]))
+        else:
+            checks.add("routed_" + key, False, "request for %s: generate requests rose by %s on "
+                       "%s and by %s on %s (expected >=1 and 0; other traffic, or routing is not "
+                       "direct)" % (names[key], t, names[key], o, names[other]))
+
+
+def _check_prompt_size(checks, ptoks, min_prompt_tokens):
+    """Step 4: the prompt was long enough for the hit rate to mean something."""
+    if ptoks is None:
+        checks.add("prompt_tokens", False, "prompt size unknown: no usage in the answers and no "
+                   "vLLM prompt metrics")
+    elif ptoks >= min_prompt_tokens:
+        checks.add("prompt_tokens", True, "prompt had %s tokens (>= %s)"
+                   % (_fmt(ptoks), _fmt(min_prompt_tokens)))
+    else:
+        checks.add("prompt_tokens", False, "prompt had only %s tokens, need >= %s: raise "
+                   "prompt_words" % (_fmt(ptoks), _fmt(min_prompt_tokens)))
+
+
+def _check_metrics(checks, per_worker, names):
+    """Each worker's KV connector counters were readable and did not reset."""
+    for key, d in per_worker:
+        if not d["metrics_available"]:
+            checks.add("metrics_" + key, False, "worker %s /metrics unreadable: %s"
+                       % (names[key], d.get("metrics_error")))
+        elif "queries" in d["missing"] or "hits" in d["missing"]:
+            checks.add("metrics_" + key, False, "worker %s exposes no "
+                       "vllm:external_prefix_cache_* counters: no KV connector configured "
+                       "(--kv-transfer-config) or not a vLLM worker" % names[key])
+        if d["reset"]:
+            checks.add("counter_reset_" + key, False, "worker %s counters went backwards during "
+                       "the check: the worker restarted" % names[key])
+
+
+def _check_a_cold(checks, da):
+    """Step 5: A computed the prompt itself (nothing of it was in the pool yet)."""
+    if da["hits"] is None:
+        return
+    if da["hits"] == 0:
+        checks.add("a_no_hits", True, "worker A took 0 tokens from the pool (cold prefill)")
+    else:
+        checks.add("a_no_hits", False, "worker A already found %s tokens of this prompt in "
+                   "the pool: the prompt was not fresh (fixed nonce reused?), so B's hits "
+                   "prove nothing" % _fmt(da["hits"]))
+
+
+def _check_b_hit_rate(checks, report, db, hit_rate_threshold):
+    """Step 6a: B's external prefix cache answered enough of the prompt."""
+    rate = db["hit_rate"]
+    report["b_hit_rate"] = None if rate is None else round(rate, 4)
+    if db["queries"] is None or db["hits"] is None:
+        return
+    if not db["queries"]:
+        checks.add("b_hit_rate", False, "worker B's external prefix cache queries did not "
+                   "move: its connector was not consulted (wrong worker, or no connector)")
+    elif db["hits"] == 0:
+        checks.add("b_hit_rate", False, "worker B took 0 of %s tokens from the pool: check "
+                   "that both workers use the same pool (kv_connector_extra_config) and "
+                   "that worker A stored its KV" % _fmt(db["queries"]))
+    elif rate < hit_rate_threshold:
+        checks.add("b_hit_rate", False, "worker B took only %s of %s tokens from the pool "
+                   "(hit rate %.3f < threshold %.3f)" % (_fmt(db["hits"]),
+                                                         _fmt(db["queries"]), rate,
+                                                         hit_rate_threshold))
+    else:
+        checks.add("b_hit_rate", True, "worker B took %s of %s tokens from the pool (hit "
+                   "rate %.3f >= %.3f)" % (_fmt(db["hits"]), _fmt(db["queries"]), rate,
+                                           hit_rate_threshold))
+
+
+def _check_b_transfer(checks, report, db):
+    """Step 6b: B loaded prompt tokens by external KV transfer (vLLM's own split of the prompt)."""
+    ext = db["external_kv_transfer"]
+    report["b_token_split"] = {s: db[s] for s in pt.VLLM_PROMPT_SOURCES}
+    if ext is None:
+        checks.add("b_external_kv_transfer", False, "worker B has no "
+                   "vllm:prompt_tokens_by_source_total{source=\"external_kv_transfer\"}")
+    elif ext > 0:
+        checks.add("b_external_kv_transfer", True, "worker B: %s prompt tokens from "
+                   "external_kv_transfer, %s computed locally" % (_fmt(ext),
+                                                                  _fmt(db["local_compute"])))
+    else:
+        checks.add("b_external_kv_transfer", False, "worker B loaded 0 prompt tokens by "
+                   "external_kv_transfer (%s computed locally)" % _fmt(db["local_compute"]))
+
+
+def _check_texts(checks, texts_identical, ra, rb):
+    """Step 7: A and B produced the same greedy answer."""
+    if texts_identical is None:
+        checks.add("texts_identical", False, "cannot compare texts: a request failed")
+    elif texts_identical:
+        checks.add("texts_identical", True, "A and B produced the same %d-character text"
+                   % len(ra.text))
+    else:
+        checks.add("texts_identical", False, "A and B produced different texts (A %r, B %r): the "
+                   "KV loaded by B does not match what B would compute" % (ra.text[:80],
+                                                                           rb.text[:80]))
+
+
+def _check_cached_tokens(checks, rb):
+    """Step 8: B's usage reports cached prompt tokens (where the engine reports them)."""
+    cached = rb.cached_tokens
+    if cached is None:
+        checks.add("b_cached_tokens", None, "engine did not report "
+                   "usage.prompt_tokens_details.cached_tokens")
+    elif cached > 0:
+        checks.add("b_cached_tokens", True, "B's usage reports %s cached prompt tokens"
+                   % _fmt(cached))
+    else:
+        checks.add("b_cached_tokens", False, "B's usage reports 0 cached prompt tokens")
+
+
 def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
               prompt_words=None, max_tokens=8, nonce=None, hit_rate_threshold=0.5,
               request_timeout=60.0, settle_s=1.0, metrics_wait_s=10.0, warmup=True,
@@ -482,160 +756,43 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
     wa.setdefault("engine", "vllm")
     wb.setdefault("engine", "vllm")
     mocker = "mocker" in (wa["engine"], wb["engine"])
-    report = {
-        "pair": "%s -> %s" % (wa["name"], wb["name"]),
-        "model": model,
-        "nonce": nonce,
-        "prompt_words": prompt_words,
-        "min_prompt_tokens": min_prompt_tokens,
-        "hit_rate_threshold": hit_rate_threshold,
-        "worker_a": {"name": wa["name"], "system_url": wa["system_url"], "engine": wa["engine"]},
-        "worker_b": {"name": wb["name"], "system_url": wb["system_url"], "engine": wb["engine"]},
-        "prompt_tokens": None,
-        "request_a": None, "request_b": None, "a": None, "b": None, "cross": {},
-        "b_hit_rate": None, "ttft_a_s": None, "ttft_b_s": None, "total_a_s": None,
-        "total_b_s": None, "speedup": None, "b_token_split": None, "texts_identical": None,
-        "warmup": {}, "store": None, "checks": [], "verdict": None, "reasons": [],
-    }
+    report = _new_report(model, wa, wb, nonce, prompt_words, min_prompt_tokens, hit_rate_threshold)
     checks = Check()
 
-    def finish(verdict):
-        report["checks"] = checks.items
-        report["reasons"] = checks.reasons if verdict != "passed" else []
-        if verdict == "not_applicable":
-            report["reasons"] = checks.reasons + [
-                "engine mocker on %s: the mocker has no KV connector, so cross-instance KV "
-                "sharing cannot be proven (routing and answers were checked)"
-                % " and ".join(w["name"] for w in (wa, wb) if w["engine"] == "mocker")]
-        report["verdict"] = verdict
-        return report
-
     # 1. instance ids, re-read now
-    _res, instances, ferr = dynamo_http.fetch_instances(frontend_url, request_timeout)
-    if instances is None:
-        checks.add("frontend_instances", False, ferr)
-        return finish("error")
-    ids = {}
-    for key, w in (("a", wa), ("b", wb)):
-        m = dynamo_http.map_worker(w["system_url"], instances, request_timeout,
-                                   rpc_port=w.get("rpc_port"))
-        rep = report["worker_" + key]
-        rep["instance_id"] = m.instance_id
-        rep["instance_id_str"] = None if m.instance_id is None else str(m.instance_id)
-        rep["mapping_method"] = m.method
-        if m.instance_id is None:
-            checks.add("map_" + key, False, "worker %s: %s" % (w["name"], m.error))
-        elif not m.registered:
-            checks.add("map_" + key, False, "worker %s (instance %d) is not registered with the "
-                       "frontend (not among /health generate instances)"
-                       % (w["name"], m.instance_id))
-        else:
-            checks.add("map_" + key, True, "worker %s is instance %d (%s)"
-                       % (w["name"], m.instance_id, m.method))
-            ids[key] = m.instance_id
-    if len(ids) < 2:
-        return finish("error")
-    if ids["a"] == ids["b"]:
-        checks.add("distinct_workers", False, "worker A and worker B are the same instance %d "
-                   "(same system_url?)" % ids["a"])
-        return finish("error")
+    ids = _map_workers(frontend_url, (wa, wb), report, checks, request_timeout)
+    if ids is None:
+        return _finish(report, checks, "error", (wa, wb))
 
+    # The same fresh prompt to A, then (once A's KV has landed) to B.
     prompt = build_prompt(nonce, prompt_words)
     urls = {"a": wa["system_url"], "b": wb["system_url"]}
     engines = {"a": wa["engine"], "b": wb["engine"]}
     names = {"a": wa["name"], "b": wb["name"]}
     completions = dynamo_http.join_url(frontend_url, "/v1/completions")
-    results = {}
-    deltas = {}
     if warmup:
-        for key in ("a", "b"):
-            wprompt = build_prompt("warmup-%s-%s" % (key, nonce), prompt_words)
-            res = dynamo_http.post_json(completions, dynamo_http.completion_payload(
-                model, wprompt, 1, instance_id=ids[key], temperature=0), request_timeout)
-            report["warmup"][key] = {"status": res.status, "elapsed_s": round(res.elapsed_s, 4),
-                                     "error": None if res.ok else res.describe()}
+        _warm_up(completions, model, ids, nonce, prompt_words, request_timeout, report)
     if store_bytes is not None:
         stored_before, dummy, err = wait_stored(store_bytes, None, store_timeout, clock, sleep)
         report["store"] = {"before": stored_before, "after": None, "wait_s": None, "error": err}
-    for step, target in enumerate(("a", "b")):
-        if step == 1 and store_bytes is not None:
-            store = report["store"]
-            store["after"], store["wait_s"], err = wait_stored(store_bytes, store["before"], store_timeout,
-                                                               clock, sleep)
-            store["error"] = store["error"] or err
-            if err:
-                checks.add("a_stored", False, "worker A's KV did not land in the pool: %s" % err)
-            else:
-                checks.add("a_stored", True, "worker A's KV landed in the pool: %s more bytes after %.2f s"
-                           % (_fmt(store["after"] - store["before"]), store["wait_s"]))
-        elif step == 1 and settle_s > 0:
+    results = {}
+    deltas = {}
+    for target in ("a", "b"):
+        if target == "b" and store_bytes is not None:
+            _wait_a_stored(store_bytes, report, checks, store_timeout, clock, sleep)
+        elif target == "b" and settle_s > 0:
             sleep(settle_s)
-        if step == 1 and between is not None:
+        if target == "b" and between is not None:
             between()
-        before = {}
-        snap_err = {}
-        for k in ("a", "b"):
-            before[k], snap_err[k] = _snapshot(urls[k], request_timeout)
-        payload = dynamo_http.completion_payload(model, prompt, max_tokens,
-                                                 instance_id=ids[target], temperature=0,
-                                                 stream=True, include_usage=True)
-        sr = dynamo_http.stream_completion(completions, payload, request_timeout)
-        results[target] = sr
-        after = {}
-        other = "b" if target == "a" else "a"
-        after[target], err_t = _wait_metrics(urls[target], before[target], model,
-                                             engines[target], sr.prompt_tokens,
-                                             request_timeout, metrics_wait_s, clock, sleep)
-        after[other], err_o = _snapshot(urls[other], request_timeout)
-        snap_err[target] = snap_err[target] or err_t
-        snap_err[other] = snap_err[other] or err_o
-        deltas[target] = {k: worker_deltas(before[k], after[k], model) for k in ("a", "b")}
-        for k in ("a", "b"):
-            if snap_err[k]:
-                deltas[target][k]["metrics_error"] = snap_err[k]
-
+        results[target], deltas[target] = _request(target, completions, model, prompt, max_tokens,
+                                                   ids, urls, engines, request_timeout,
+                                                   metrics_wait_s, clock, sleep)
     ra, rb = results["a"], results["b"]
-    report["request_a"] = _request_summary(ra)
-    report["request_b"] = _request_summary(rb)
-    report["a"] = deltas["a"]["a"]
-    report["b"] = deltas["b"]["b"]
-    report["cross"] = {"b_during_a": deltas["a"]["b"], "a_during_b": deltas["b"]["a"]}
-    report["ttft_a_s"] = report["request_a"]["ttft_s"]
-    report["ttft_b_s"] = report["request_b"]["ttft_s"]
-    report["total_a_s"] = report["request_a"]["total_s"]
-    report["total_b_s"] = report["request_b"]["total_s"]
-    if report["ttft_a_s"] and report["ttft_b_s"]:
-        report["speedup"] = round(report["ttft_a_s"] / report["ttft_b_s"], 3)
-    ptoks = rb.prompt_tokens if rb.prompt_tokens is not None else ra.prompt_tokens
-    if ptoks is None:
-        ptoks = report["b"]["queries"] if report["b"]["queries"] else report["a"]["queries"]
-    report["prompt_tokens"] = ptoks
+    ptoks = _summarise(report, results, deltas)
 
-    # 2. answers
-    for key, sr in (("a", ra), ("b", rb)):
-        if sr.ok and sr.status == 200:
-            checks.add("answer_" + key, True, "worker %s answered 200 (%s chunks, [DONE])"
-                       % (names[key], len(sr.chunks)))
-        else:
-            checks.add("answer_" + key, False, "request to worker %s (instance %d) failed: %s"
-                       % (names[key], ids[key], sr.error or "error events %s" % sr.error_events)
-                       + (" body: %s" % sr.error_body[:200] if sr.error_body else ""))
-
-    # 3. routing: the target's generate counter rose, the other's did not
-    for key in ("a", "b"):
-        other = "b" if key == "a" else "a"
-        t = deltas[key][key]["generate_requests"]
-        o = deltas[key][other]["generate_requests"]
-        if t is None or o is None:
-            checks.add("routed_" + key, None, "routing not measurable: %s missing on a worker"
-                       % GENERATE_REQUESTS)
-        elif t >= 1 and o == 0:
-            checks.add("routed_" + key, True, "request for %s reached %s only"
-                       % (names[key], names[key]))
-        else:
-            checks.add("routed_" + key, False, "request for %s: generate requests rose by %s on "
-                       "%s and by %s on %s (expected >=1 and 0; other traffic, or routing is not "
-                       "direct)" % (names[key], t, names[key], o, names[other]))
+    # 2. answers, 3. routing
+    _check_answers(checks, results, names, ids)
+    _check_routing(checks, deltas, names)
 
     texts_identical = (ra.text == rb.text) if (ra.ok and rb.ok) else None
     report["texts_identical"] = texts_identical
@@ -643,98 +800,21 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
     if mocker:
         checks.add("texts_identical", None, "not meaningful with the mocker (empty texts)")
         routing_failed = any(c["ok"] is False for c in checks.items)
-        return finish("failed" if routing_failed else "not_applicable")
+        return _finish(report, checks, "failed" if routing_failed else "not_applicable", (wa, wb))
 
-    # 4. prompt size
-    if ptoks is None:
-        checks.add("prompt_tokens", False, "prompt size unknown: no usage in the answers and no "
-                   "vLLM prompt metrics")
-    elif ptoks >= min_prompt_tokens:
-        checks.add("prompt_tokens", True, "prompt had %s tokens (>= %s)"
-                   % (_fmt(ptoks), _fmt(min_prompt_tokens)))
-    else:
-        checks.add("prompt_tokens", False, "prompt had only %s tokens, need >= %s: raise "
-                   "prompt_words" % (_fmt(ptoks), _fmt(min_prompt_tokens)))
-
+    # 4. prompt size, then the KV proof proper: 5. A cold, 6. B from the pool, 7. same answer,
+    # 8. B's cached tokens.
+    _check_prompt_size(checks, ptoks, min_prompt_tokens)
     da, db = report["a"], report["b"]
-    for key, d in (("a", da), ("b", db)):
-        if not d["metrics_available"]:
-            checks.add("metrics_" + key, False, "worker %s /metrics unreadable: %s"
-                       % (names[key], d.get("metrics_error")))
-        elif "queries" in d["missing"] or "hits" in d["missing"]:
-            checks.add("metrics_" + key, False, "worker %s exposes no "
-                       "vllm:external_prefix_cache_* counters: no KV connector configured "
-                       "(--kv-transfer-config) or not a vLLM worker" % names[key])
-        if d["reset"]:
-            checks.add("counter_reset_" + key, False, "worker %s counters went backwards during "
-                       "the check: the worker restarted" % names[key])
-
-    # 5. A computed the prompt itself
-    if da["hits"] is not None:
-        if da["hits"] == 0:
-            checks.add("a_no_hits", True, "worker A took 0 tokens from the pool (cold prefill)")
-        else:
-            checks.add("a_no_hits", False, "worker A already found %s tokens of this prompt in "
-                       "the pool: the prompt was not fresh (fixed nonce reused?), so B's hits "
-                       "prove nothing" % _fmt(da["hits"]))
-
-    # 6. B took the prompt from the pool
-    rate = db["hit_rate"]
-    report["b_hit_rate"] = None if rate is None else round(rate, 4)
-    if db["queries"] is not None and db["hits"] is not None:
-        if not db["queries"]:
-            checks.add("b_hit_rate", False, "worker B's external prefix cache queries did not "
-                       "move: its connector was not consulted (wrong worker, or no connector)")
-        elif db["hits"] == 0:
-            checks.add("b_hit_rate", False, "worker B took 0 of %s tokens from the pool: check "
-                       "that both workers use the same pool (kv_connector_extra_config) and "
-                       "that worker A stored its KV" % _fmt(db["queries"]))
-        elif rate < hit_rate_threshold:
-            checks.add("b_hit_rate", False, "worker B took only %s of %s tokens from the pool "
-                       "(hit rate %.3f < threshold %.3f)" % (_fmt(db["hits"]),
-                                                             _fmt(db["queries"]), rate,
-                                                             hit_rate_threshold))
-        else:
-            checks.add("b_hit_rate", True, "worker B took %s of %s tokens from the pool (hit "
-                       "rate %.3f >= %.3f)" % (_fmt(db["hits"]), _fmt(db["queries"]), rate,
-                                               hit_rate_threshold))
-    ext = db["external_kv_transfer"]
-    report["b_token_split"] = {s: db[s] for s in pt.VLLM_PROMPT_SOURCES}
-    if ext is None:
-        checks.add("b_external_kv_transfer", False, "worker B has no "
-                   "vllm:prompt_tokens_by_source_total{source=\"external_kv_transfer\"}")
-    elif ext > 0:
-        checks.add("b_external_kv_transfer", True, "worker B: %s prompt tokens from "
-                   "external_kv_transfer, %s computed locally" % (_fmt(ext),
-                                                                  _fmt(db["local_compute"])))
-    else:
-        checks.add("b_external_kv_transfer", False, "worker B loaded 0 prompt tokens by "
-                   "external_kv_transfer (%s computed locally)" % _fmt(db["local_compute"]))
-
-    # 7. identical answers
-    if texts_identical is None:
-        checks.add("texts_identical", False, "cannot compare texts: a request failed")
-    elif texts_identical:
-        checks.add("texts_identical", True, "A and B produced the same %d-character text"
-                   % len(ra.text))
-    else:
-        checks.add("texts_identical", False, "A and B produced different texts (A %r, B %r): the "
-                   "KV loaded by B does not match what B would compute" % (ra.text[:80],
-                                                                           rb.text[:80]))
-
-    # 8. usage cached tokens
-    cached = rb.cached_tokens
-    if cached is None:
-        checks.add("b_cached_tokens", None, "engine did not report "
-                   "usage.prompt_tokens_details.cached_tokens")
-    elif cached > 0:
-        checks.add("b_cached_tokens", True, "B's usage reports %s cached prompt tokens"
-                   % _fmt(cached))
-    else:
-        checks.add("b_cached_tokens", False, "B's usage reports 0 cached prompt tokens")
+    _check_metrics(checks, (("a", da), ("b", db)), names)
+    _check_a_cold(checks, da)
+    _check_b_hit_rate(checks, report, db, hit_rate_threshold)
+    _check_b_transfer(checks, report, db)
+    _check_texts(checks, texts_identical, ra, rb)
+    _check_cached_tokens(checks, rb)
 
     failed = any(c["ok"] is False for c in checks.items)
-    return finish("failed" if failed else "passed")
+    return _finish(report, checks, "failed" if failed else "passed", (wa, wb))
 
 
 def main():
