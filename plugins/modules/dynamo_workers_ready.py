@@ -65,7 +65,7 @@ options:
       completion_probe:
         description:
           - This worker's own O(completion_probe), for a mixed list. A re-run passes V(false) for a
-            worker that was already running and was not restarted: its registration under the
+            worker that was already running and was not restarted; its registration under the
             instance id of its own C(/metrics) is then the proof, and no request is sent.
           - Unset, the module's O(completion_probe) applies.
         type: bool
