@@ -54,9 +54,11 @@ def test_workers_wait_for_the_pool_and_local_ones_follow_its_restarts(hosts):
     h = hosts[POOL]
     pids = {n: h.check_output("systemctl show -p MainPID --value dynamo-worker@%s" % n) for n in local}
     h.check_output("systemctl restart maru-server")
-    # maru-server keeps KV metadata in memory only: the workers on its host restart with it.
+    # maru-server keeps KV metadata in memory only: the workers on its host restart with it. They
+    # share a GPU, so the second starts only once the first's /health is ready (worker-wait-ready,
+    # up to dynamo_worker_ready_timeout): a vLLM-CPU start each, 60-120 s on two shared cores.
     wait_for(lambda: all(h.check_output("systemctl show -p MainPID --value dynamo-worker@%s" % n) not in ("0", pids[n])
-                         for n in local), timeout=60, what="the workers to restart with maru-server")
+                         for n in local), timeout=600, interval=1, what="the workers to restart with maru-server")
     for name in local:
         worker = next(w for hh, w in maru if hh == POOL and w["name"] == name)
         wait_for(lambda: (ids := instance_of(POOL, worker)) and completion(worker, ids[0])[0] == 200,
