@@ -66,7 +66,7 @@ lint() {
 # wait on single-threaded ansible-playbook runs.
 unit() {
   echo "== pytest (unit and playbook-logic tests; ${KVSHARE_PYTEST_WORKERS:-2} workers)"
-  python -m pytest -q -n "${KVSHARE_PYTEST_WORKERS:-2}" --dist loadfile tests
+  python -m pytest -q -n "${KVSHARE_PYTEST_WORKERS:-2}" --dist loadfile --durations=20 tests
   echo "== playbook coverage"
   python tests/playbook_coverage.py
 }
