@@ -19,77 +19,40 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-INVENTORY = os.environ.get("KVSHARE_INVENTORY", os.path.join(REPO, "inventories", "sandbox"))
-SANDBOX_DIR = os.environ.get("KVSHARE_SANDBOX_DIR", "/var/tmp/kvshare-sandbox")
-BIN = os.path.dirname(sys.executable)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+from lib.sandbox import Sandbox, http_json, wait_for  # noqa: E402
+
 POLL = 0.1
-
-
-def inventory():
-    out = subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", INVENTORY, "--list"],
-                         check=True, capture_output=True, text=True, cwd=REPO).stdout
-    return json.loads(out)
-
-
-INV = inventory()
-HV = INV["_meta"]["hostvars"]
-
-
-def hosts_of(group):
-    return INV.get(group, {}).get("hosts", [])
-
-
-FRONTEND = hosts_of("dynamo_frontend")[0]
-FRONTEND_URL = "http://%s:8000" % HV[FRONTEND]["kvshare_bind_address"]
-WORKER_HOSTS = hosts_of("dynamo_workers")
-
-
-def ssh(host, command, check=True):
-    addr = HV[host]["kvshare_bind_address"]
-    cmd = ["ssh", "-i", os.path.join(SANDBOX_DIR, "ssh", "id_ed25519"), "-p", "2222",
-           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR",
-           "root@%s" % addr, command]
-    res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if check and res.returncode != 0:
-        raise RuntimeError("ssh %s %r failed: %s" % (host, command, res.stderr))
-    return res.stdout
+# The sandbox: KVSHARE_INVENTORY, else inventories/sandbox (tests/lib/sandbox.py); /health answers
+# within 10 s, a completion within 30 s.
+SB = Sandbox(health_timeout=10, request_timeout=30)
+INVENTORY, INV, HV = SB.inventory, SB.data, SB.hostvars
+FRONTEND, FRONTEND_URL = SB.frontend, SB.frontend_url
+WORKER_HOSTS = SB.group("dynamo_workers")
+ssh = SB.ssh
 
 
 def playbook(*args, json_out=False):
-    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", PATH=BIN + os.pathsep + os.environ["PATH"])
+    env = {}
     if json_out:
         env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
         env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.timer"
-    t0 = time.monotonic()
-    res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY] + list(args),
-                         cwd=REPO, capture_output=True, text=True, env=env, check=False)
-    elapsed = time.monotonic() - t0
+    res, elapsed = SB.playbook(*args, timeout=None, env=env)
     if res.returncode != 0:
         raise RuntimeError("ansible-playbook %s failed:\n%s" % (" ".join(args), (res.stdout + res.stderr)[-4000:]))
     return elapsed, res.stdout
 
 
 def http(url, payload=None, timeout=10):
-    data = json.dumps(payload).encode() if payload is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, None
-    except (OSError, ValueError):
-        return None, None
+    return http_json(url, payload, timeout=timeout)
 
 
 def worker_list(host):
@@ -98,32 +61,11 @@ def worker_list(host):
 
 def serving(host, worker, exclude=()):
     """Instance id when this worker is registered and answers a direct-routed completion."""
-    status, body = http(FRONTEND_URL + "/health?instances=true")
-    if status != 200:
-        return None
-    target = "%s:%s" % (HV[host]["kvshare_bind_address"], worker["rpc_port"])
-    for inst in body.get("instances", []):
-        tcp = (inst.get("transport") or {}).get("tcp", "")
-        if inst.get("endpoint") == "generate" and tcp.split("/", 1)[0] == target:
-            iid = int(inst["instance_id"])
-            if iid in exclude:
-                continue
-            status, dummy = http(FRONTEND_URL + "/v1/completions", {
-                "model": worker.get("served_model_name", worker["model"]), "prompt": "hi", "max_tokens": 1,
-                "temperature": 0, "nvext": {"backend_instance_id": iid}}, timeout=30)
-            if status == 200:
-                return iid
-    return None
+    return SB.worker_serving(host, worker, exclude, prompt="hi", max_tokens=1)
 
 
 def wait(predicate, timeout=600):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(POLL)
-    raise RuntimeError("timed out")
+    return wait_for(predicate, timeout, interval=POLL)
 
 
 def stop_stack():
