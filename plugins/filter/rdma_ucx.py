@@ -1,10 +1,13 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
-"""Filters of the rdma_ucx role; logic in plugins/module_utils/topology.py."""
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
+"""Filters of the rdma_ucx role; logic in plugins/module_utils/topology.py (the plan) and
+plugins/module_utils/rdma_ucx.py (the reports)."""
 
 from __future__ import annotations
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import rdma_ucx as _rdma_ucx
 from ansible_collections.kvshare.dynamo.plugins.module_utils import topology as _topology
 
 
@@ -14,12 +17,18 @@ def rdma_ucx_gpu_plan(topology, hca_overrides):
 
 
 def rdma_ucx_preflight_report(facts):
-    """The preflight report [{check, status, detail}] from the probe results (topology.preflight_report)."""
-    return _topology.preflight_report(facts)
+    """The preflight report [{check, status, detail}] from the probe results (rdma_ucx.preflight_report)."""
+    return _rdma_ucx.preflight_report(facts)
+
+
+def rdma_ucx_verify_report(facts):
+    """The verification report [{check, status, detail}] from the registered checks (rdma_ucx.verify_report)."""
+    return _rdma_ucx.verify_report(facts)
 
 
 class FilterModule:
     """kvshare.dynamo rdma_ucx filters."""
 
     def filters(self):
-        return {"rdma_ucx_gpu_plan": rdma_ucx_gpu_plan, "rdma_ucx_preflight_report": rdma_ucx_preflight_report}
+        return {"rdma_ucx_gpu_plan": rdma_ucx_gpu_plan, "rdma_ucx_preflight_report": rdma_ucx_preflight_report,
+                "rdma_ucx_verify_report": rdma_ucx_verify_report}

@@ -65,8 +65,7 @@ def test_rendered_files_match_goldens(rendered_inventory, inventory):
 
 def test_every_template_is_rendered_somewhere(rendered_inventory):
     """A new template under roles/*/templates must be added to render_lib.RENDER (or listed here)."""
-    not_written_to_disk = {"verify_report.json.j2",   # rdma_ucx facts
-                           "lmcache-maru.yaml.j2",           # maru_pool_connector=lmcache: no shipped inventory
+    not_written_to_disk = {"lmcache-maru.yaml.j2",           # maru_pool_connector=lmcache: no shipped inventory
                            "acs-clear.sh.j2", "kvshare-acs-clear.service.j2",  # ACS bridges: hardware only
                            "grub-gpudirect.cfg.j2"}          # rdma_ucx_iommu_passthrough on Debian: needs facts
     roles = os.path.join(render_lib.REPO, "roles")

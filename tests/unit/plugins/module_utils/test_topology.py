@@ -341,7 +341,7 @@ def test_preflight_report_without_hardware_skips_with_the_reason(case):
 
 
 def test_preflight_report_with_hardware(case):
-    from ansible_collections.kvshare.dynamo.plugins.module_utils.topology import preflight_report
+    from ansible_collections.kvshare.dynamo.plugins.module_utils.rdma_ucx import preflight_report
     topo = discover(*case("dgx_h100"))
     facts = {"require_hardware": True, "no_hw_reason": "", "packages": [], "install_packages": True,
              "has_gpu": True, "has_hca": True, "hw": True, "topology": topo, "gpus": topo["gpus"],
