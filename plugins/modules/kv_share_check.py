@@ -58,7 +58,7 @@ options:
     description: The worker that computes the prompt first (and stores its KV into the pool).
     type: dict
     required: true
-    suboptions:
+    suboptions: &worker_suboptions
       name:
         description: Label used in the report.
         type: str
@@ -79,23 +79,8 @@ options:
     description: The worker that must take the prompt's KV from the pool.
     type: dict
     required: true
-    suboptions:
-      name:
-        description: Label used in the report.
-        type: str
-        required: true
-      system_url:
-        description: The worker's system server, C(http://<DYN_SYSTEM_HOST>:<DYN_SYSTEM_PORT>).
-        type: str
-        required: true
-      engine:
-        description: The worker's engine. V(mocker) makes the verdict V(not_applicable).
-        type: str
-        choices: [vllm, mocker]
-        default: vllm
-      rpc_port:
-        description: Pinned request-plane port (C(DYN_TCP_RPC_PORT)); optional cross-check of the id mapping.
-        type: int
+    # The same suboptions as worker_a (a YAML alias of its anchor).
+    suboptions: *worker_suboptions
   min_prompt_tokens:
     description: The prompt must have at least this many tokens (from C(usage.prompt_tokens)).
     type: int
