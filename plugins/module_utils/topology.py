@@ -84,6 +84,14 @@ def _sys(root, *parts):
     return os.path.join(root or "/", "sys", *parts)
 
 
+def _entries(path, key=natural_key):
+    """The names in a directory, sorted (natural order by default); [] when it cannot be listed."""
+    try:
+        return sorted(os.listdir(path), key=key)
+    except OSError:
+        return []
+
+
 def _rel(root, path):
     """Turn a realpath inside ``root`` into the absolute path it has on the host."""
     if path is None:
@@ -220,33 +228,21 @@ def _root_join(root, host_path):
 def list_rdma_devices(root):
     """All /sys/class/infiniband/* devices with their ports (no filtering)."""
     base = _sys(root, "class", "infiniband")
-    try:
-        names = sorted(os.listdir(base), key=natural_key)
-    except OSError:
-        return []
     devices = []
-    for name in names:
+    for name in _entries(base):
         dev_dir = os.path.join(base, name)
         dev_real = os.path.realpath(os.path.join(dev_dir, "device"))
         pci_path = _rel(root, dev_real) if os.path.isdir(dev_real) else None
         driver_link = os.path.join(dev_dir, "device", "driver")
         driver = os.path.basename(os.path.realpath(driver_link)) if os.path.islink(driver_link) else None
-        netdevs = []
         net_dir = os.path.join(dev_dir, "device", "net")
-        try:
-            for netdev in sorted(os.listdir(net_dir)):
-                netdevs.append({"name": netdev,
-                                "mtu": _read_int(os.path.join(net_dir, netdev, "mtu")),
-                                "operstate": _read(os.path.join(net_dir, netdev, "operstate"))})
-        except OSError:
-            pass
+        netdevs = [{"name": netdev,
+                    "mtu": _read_int(os.path.join(net_dir, netdev, "mtu")),
+                    "operstate": _read(os.path.join(net_dir, netdev, "operstate"))}
+                   for netdev in _entries(net_dir, key=None)]
         ports = []
         ports_dir = os.path.join(dev_dir, "ports")
-        try:
-            port_names = sorted(os.listdir(ports_dir), key=natural_key)
-        except OSError:
-            port_names = []
-        for pname in port_names:
+        for pname in _entries(ports_dir):
             if not pname.isdigit():
                 continue
             pdir = os.path.join(ports_dir, pname)
@@ -278,12 +274,8 @@ def list_rdma_devices(root):
 
 def list_dax_devices(root):
     base = _sys(root, "bus", "dax", "devices")
-    try:
-        names = sorted(os.listdir(base), key=natural_key)
-    except OSError:
-        return []
     out = []
-    for name in names:
+    for name in _entries(base):
         real = os.path.realpath(os.path.join(base, name))
         path = _rel(root, real)
         m = REGION_RE.search(path or "")
