@@ -1,4 +1,8 @@
 #!/usr/bin/env python
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Build the sandbox wheelhouse from the pip steps in inventories/sandbox/group_vars/dynamo.yml.
 
 The sandbox hosts install offline from this directory (bind-mounted), as air-gapped GPU hosts

@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Pytest setup: make `ansible_collections.kvshare.dynamo` importable from this checkout, and keep
 every test on loopback (tests/ansible_guard.py): an Ansible run that could reach a host outside
 127.0.0.0/8, or a socket the test process connects elsewhere, is refused and fails the test."""

@@ -1,6 +1,7 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Watch systemd units of workers while they start: crashes counted from NRestarts, readiness from
 the worker's own /health. Pure logic here (the module does the I/O), so it is unit-tested."""
 

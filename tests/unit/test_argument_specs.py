@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Every role's meta/argument_specs.yml documents exactly the public variables of its
 defaults/main.yml (names, values and types), and the roles together have at most
 MAX_PUBLIC_VARIABLES of them. Private defaults (``__<role>_*``) are not options and are left out."""

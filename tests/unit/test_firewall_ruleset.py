@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """The rendered kvshare nftables table, loaded into a real kernel, in a throwaway network namespace.
 
 1. Render: the role's own preflight and configure tasks run for sandbox host sb1 (etcd member and

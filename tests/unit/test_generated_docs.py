@@ -1,7 +1,12 @@
-"""Generated docs are current, every public filter is documented, every shipped Python file is licensed."""
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
+"""Generated docs are current, every public filter is documented, every Python file is licensed."""
 import glob
 import importlib.util
 import os
+import subprocess
 
 import pytest
 import yaml
@@ -53,10 +58,41 @@ def test_every_filter_is_documented(source, name):
     assert doc.get("short_description") and doc.get("options", {}).get("_input")
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(REPO, "plugins", "*", "*.py"))
-                                        + glob.glob(os.path.join(REPO, "roles", "*", "files", "*.py"))
-                                        + glob.glob(os.path.join(REPO, "tools", "*.py"))))
+# Python files (or folders of them) outside the shipped ones that still lack the header: their owners
+# add it (issue 17). Remove an entry once its files have it; never add one.
+HEADER_PENDING = (
+    "bench/", "molecule/", "tests/lib/", "tests/faults/", "tests/day2/", "tests/doubles/maru/",
+    "sandbox/cpu-shims/",    # its bytes key the sandbox wheelhouse recipe: a header forces a rebuild
+    "sandbox/make-model.py",  # hashes itself into the model recipe: likewise
+    "tests/unit/render_lib.py", "tests/unit/test_rdma_ucx_render.py",
+    "tests/unit/plugins/filter/test_dynamo_filters.py", "tests/unit/plugins/filter/test_summary.py",
+    "tests/unit/plugins/module_utils/test_day2.py", "tests/unit/plugins/module_utils/test_kv_pools.py",
+    "tests/unit/plugins/module_utils/test_kvcr.py", "tests/unit/plugins/module_utils/test_maru.py",
+    "tests/unit/plugins/module_utils/test_workers_validation.py",
+    "tests/unit/plugins/modules/test_devdax_info.py", "tests/unit/plugins/modules/test_gpu_topology_facts.py",
+    "tests/unit/plugins/modules/test_port_clash_check.py", "tests/bad_inputs/test_bad_inputs.py",
+)
+
+
+def _python_files():
+    """Every Python file of the checkout (git's tracked and new, not ignored), shipped ones first."""
+    shipped = sorted(glob.glob(os.path.join(REPO, "plugins", "*", "*.py"))
+                     + glob.glob(os.path.join(REPO, "roles", "*", "files", "*.py"))
+                     + glob.glob(os.path.join(REPO, "tools", "*.py")))
+    try:
+        listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "*.py"], cwd=REPO, check=True,
+                                capture_output=True, text=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):   # not a git checkout: the shipped files only
+        listed = []
+    others = sorted(os.path.join(REPO, rel) for rel in listed
+                    if not rel.startswith(HEADER_PENDING) and os.path.join(REPO, rel) not in shipped
+                    and os.path.exists(os.path.join(REPO, rel)))
+    return shipped + others
+
+
+@pytest.mark.parametrize("path", _python_files(), ids=lambda path: os.path.relpath(path, REPO))
 def test_python_file_has_the_license_header(path):
+    """The SPDX header of galaxy.yml's licence (LICENSE, Apache-2.0), never a GPL one."""
     with open(path, encoding="utf-8") as handle:
         head = handle.read(600)
     assert SPDX in head, "%s lacks %r" % (os.path.relpath(path, REPO), SPDX)

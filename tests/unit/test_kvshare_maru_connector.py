@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """roles/dynamo_runtime/files/kvshare_maru_connector.py against vLLM 0.31's real CPU KV cache.
 
 vLLM's own kernel (``cpu_attn_reshape_and_cache``, what the CPU attention backend calls for every

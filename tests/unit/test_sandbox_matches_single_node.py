@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """The sandbox's Maru host is inventories/single_node's host plus the forced overrides, and no more.
 
 Both hosts (sandbox sb2, single_node gpu-node-1) are rendered the way site.yml writes them (worker

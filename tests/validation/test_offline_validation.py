@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Offline validation of the example inventories for real hosts (no host is contacted).
 
 `ansible-playbook -i <inventory> playbooks/validate.yml -e kvshare_validate_offline=true` must pass

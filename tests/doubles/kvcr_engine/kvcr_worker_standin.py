@@ -1,4 +1,8 @@
 # TEST DOUBLE for dynamo.vllm with vLLM's KVCR tier (memory-service variant): vLLM offloading refuses the CPU; sandbox tests only.
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """KVCR worker stand-in for tests/integration/kvcr (guard_recovery.yml end to end without CUDA).
 
 vLLM's offloading connector refuses the CPU, so no real engine can claim a KVCR Guard in the

@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """KVCR memory-service variant on two podman systemd containers (CPU only), end to end.
 
 Only with KVSHARE_INTEGRATION=1 (needs podman, the image localhost/kvshare-sandbox:bookworm, and in

@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 # Test double: a stdlib http.server on 127.0.0.1 that stands in for a Dynamo 1.6.1 frontend and worker
 # system servers, serving captured fixtures from tests/fixtures/dynamo/.
 """Local HTTP servers for the kvshare.dynamo module tests (no mocks of urllib).
