@@ -1,26 +1,16 @@
 """Unit tests for plugins/modules/devdax_info.py (run in-process with patched module args)."""
-import importlib.util
-import json
 import os
 
-import pytest
-from ansible.module_utils.testing import patch_module_args
-
 from ansible_collections.kvshare.dynamo.plugins.modules import devdax_info
+from lib.unit import load_script, run_module
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "devdax")
 # The sysfs trees are built in a temporary directory (make_trees.py), not read from the checkout.
-_spec = importlib.util.spec_from_file_location("make_trees", os.path.join(FIX, "make_trees.py"))
-make_trees = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(make_trees)
+make_trees = load_script(os.path.join(FIX, "make_trees.py"))
 
 
 def run(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            devdax_info.main()
-    out = json.loads(capsys.readouterr().out)
-    return exc.value.code, out
+    return run_module(devdax_info, args, capsys)
 
 
 def tree(name):

@@ -1,24 +1,17 @@
 """Unit tests for plugins/modules/gpu_topology_facts.py (run in-process with patched module args)."""
-import importlib.util
-import json
 import os
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.kvshare.dynamo.plugins.modules import gpu_topology_facts
+from lib.unit import load_script, run_module
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "topology")
-_spec = importlib.util.spec_from_file_location("build_sysfs", os.path.join(FIXTURES, "build_sysfs.py"))
-build_sysfs = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(build_sysfs)
+build_sysfs = load_script(os.path.join(FIXTURES, "build_sysfs.py"))
 
 
 def run(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            gpu_topology_facts.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(gpu_topology_facts, args, capsys)
 
 
 def case_args(tmp_path, name, **extra):

@@ -1,19 +1,15 @@
 """Unit tests for plugins/modules/port_clash_check.py (in-process, real /proc and a fake one)."""
-import json
 import os
 import socket
 
 import pytest
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.kvshare.dynamo.plugins.modules import port_clash_check
+from lib.unit import run_module
 
 
 def run(args, capsys):
-    with patch_module_args(args):
-        with pytest.raises(SystemExit) as exc:
-            port_clash_check.main()
-    return exc.value.code, json.loads(capsys.readouterr().out)
+    return run_module(port_clash_check, args, capsys)
 
 
 @pytest.fixture
