@@ -135,13 +135,7 @@ def test_role_two_nodes(tmp_path):
         "node2": host_vars(tmp_path, "node2", node2, rdma_ucx_ucx_version="1.18.1",
                            rdma_ucx_hca_overrides={"0": "mlx5_0:1", "7": "mlx5_0"}, rdma_ucx_gid_index="3"),
     }}}}}
-    inv = tmp_path / "inventory.json"
-    inv.write_text(json.dumps(inventory))
-    play = tmp_path / "play.yml"
-    play.write_text(PLAYBOOK)
-    env = render_lib.ansible_env(tmp_path)
-    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv), str(play)]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+    proc = run_playbook(tmp_path, inventory)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
 
     def read(host, rel):
