@@ -6,28 +6,24 @@ Needs podman and root: skipped unless KVSHARE_FAULTS=1 (`./dev.sh faults` sets i
   KVSHARE_FAULTS_REUSE=1    reuse the copy's running hosts (no create.yml/site.yml at start)
   KVSHARE_FAULTS_DESTROY=1  remove the copy's hosts at the end
 """
-import json
 import os
 import sys
 import time
 
 import pytest
 
-ENABLED = os.environ.get("KVSHARE_FAULTS") == "1"
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPORT = os.path.join(HERE, "..", "..", "reports", "faults.json")
-RESULTS = {}
-
-if not ENABLED:
-    collect_ignore_glob = ["test_*.py"]
-else:
-    sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from lib.suite import Suite  # noqa: E402
 
 
-def pytest_report_header(config):
-    if not ENABLED:
-        return "fault suite (tests/faults): skipped, set KVSHARE_FAULTS=1 to run it (needs podman, root)"
-    return None
+def _new_record(node):
+    """The test sets recovery_s (and note); outcome is added by the report hook."""
+    return {"case": node.name, "doc": (node.function.__doc__ or "").strip().split("\n")[0],
+            "recovery_s": None, "note": ""}
+
+
+SUITE = Suite(__file__, "KVSHARE_FAULTS", "faults.json", "fault suite (tests/faults)", _new_record)
+collect_ignore_glob, pytest_report_header, record, pytest_runtest_makereport = SUITE.hooks()
 
 
 @pytest.fixture(scope="session")
@@ -42,42 +38,14 @@ def stack():
         res, dummy = F.playbook("site.yml")
         assert res.returncode == 0, "site.yml failed:\n" + res.stdout[-4000:]
     F.wait_all_serving(timeout=300)
-    RESULTS["_setup"] = {"seconds": round(time.monotonic() - t0, 1)}
+    SUITE.results["_setup"] = {"seconds": round(time.monotonic() - t0, 1)}
     yield F.baseline()
     if os.environ.get("KVSHARE_FAULTS_DESTROY") == "1" and not F.TARGET:
         F.playbook("sandbox/destroy.yml")
 
 
-@pytest.fixture
-def record(request):
-    """Per-case record: the test sets recovery_s (and note); outcome is added by the report hook."""
-    entry = {"case": request.node.name, "doc": (request.node.function.__doc__ or "").strip().split("\n")[0],
-             "recovery_s": None, "note": ""}
-    RESULTS[request.node.nodeid] = entry
-    start = time.monotonic()
-    yield entry
-    entry["wall_s"] = round(time.monotonic() - start, 1)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    entry = RESULTS.get(item.nodeid)
-    if entry is None:
-        return
-    if rep.when == "call" or (rep.when == "setup" and rep.outcome != "passed") or (rep.when == "teardown" and rep.failed):
-        if hasattr(rep, "wasxfail"):
-            entry["result"] = "xpass" if rep.outcome == "passed" else "xfail"
-            entry["note"] = entry["note"] or rep.wasxfail
-        else:
-            entry["result"] = {"passed": "pass", "failed": "FAIL", "skipped": "skip"}[rep.outcome]
-        if rep.failed:
-            entry["error"] = str(rep.longrepr)[-1500:]
-
-
 def pytest_terminal_summary(terminalreporter):
-    cases = [e for k, e in RESULTS.items() if not k.startswith("_")]
+    cases = SUITE.cases()
     if not cases:
         return
     fmt = "%-44s %-6s %12s %8s  %s"
@@ -93,8 +61,4 @@ def pytest_terminal_summary(terminalreporter):
     kept = sum(bool(e.get("nothing_lost")) for e in faults)
     w("nothing lost %d/%d (etcd key, pool files, Maru RM secret, every worker serving, verify.yml passing after each case)"
       % (kept, len(faults)))
-    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
-    with open(REPORT, "w") as handle:
-        json.dump({"setup": RESULTS.get("_setup"), "cases": cases,
-                   "faults_survived": survived, "faults_total": len(faults), "nothing_lost": kept}, handle, indent=2)
-    w("report: %s" % os.path.relpath(REPORT))
+    SUITE.write_report(terminalreporter, {"faults_survived": survived, "faults_total": len(faults), "nothing_lost": kept})

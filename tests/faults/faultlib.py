@@ -1,16 +1,18 @@
 """Helpers of the fault suite: the sandbox copy's hosts, serving checks, "nothing lost" and timing.
 
-Reuses molecule/default/tests/conftest.py (loaded as a module, KVSHARE_INVENTORY pointing at the
-copy) for the inventory, the frontend and completion helpers.
+Drives the copy (or KVSHARE_FAULTS_INVENTORY's hosts) with tests/lib/sandbox.py; the names the
+cases use (F.sh, F.workers, F.wait_all_serving, ...) are that Sandbox's.
 """
 import hashlib
-import importlib.util
 import os
 import signal
-import subprocess
 import time
 
-from sandbox_copy import FAULTS_DIR, REPO, make_copy
+from lib import sandbox, sandbox_copy
+from lib.sandbox import Sandbox
+
+# The cases use these as F.<name>.
+REPO, podman, wait_for = sandbox.REPO, sandbox.podman, sandbox.wait_for
 
 # KVSHARE_FAULTS_INVENTORY: an existing, rolled-out sandbox (CI: the molecule scenario's hosts,
 # inventories/sandbox) instead of a copy of its own; the run's logs and reports go to RUN_DIR.
@@ -19,60 +21,36 @@ if TARGET:
     INVENTORY = os.path.abspath(TARGET)
     RUN_DIR = os.environ.get("KVSHARE_FAULTS_DIR", "/var/tmp/kvshare-faults-run")
 else:
-    INVENTORY = make_copy()
-    RUN_DIR = FAULTS_DIR
+    INVENTORY = sandbox_copy.faults_copy()
+    RUN_DIR = sandbox_copy.FAULTS_DIR
     # Ansible's fact cache is keyed by inventory name (sb1..3 here and in the main sandbox): keep ours apart.
-    os.environ["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = os.path.join(FAULTS_DIR, "facts")
+    os.environ["ANSIBLE_CACHE_PLUGIN_CONNECTION"] = os.path.join(RUN_DIR, "facts")
 os.makedirs(RUN_DIR, exist_ok=True)
 os.environ["KVSHARE_INVENTORY"] = INVENTORY
 os.environ["KVSHARE_VERIFY_REPORT"] = os.path.join(RUN_DIR, "verify.json")
+LOG_DIR = os.path.join(RUN_DIR, "logs")
+SB = Sandbox(INVENTORY, log_dir=LOG_DIR)
 
-_spec = importlib.util.spec_from_file_location(
-    "kvshare_sandbox_helpers", os.path.join(REPO, "molecule", "default", "tests", "conftest.py"))
-H = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(H)
+address, group, workers, completion = SB.address, SB.group, SB.workers, SB.completion
+instance_of, generate_instances = SB.instance_of, SB.generate_instances
+host, forget_host, container, worker_serving = SB.ssh_host, SB.forget_host, SB.container, SB.worker_serving
+# ansible-playbook against the copy; whole output kept in LOG_DIR for the post-mortem (assertion
+# messages show only its tail).
+playbook, popen_playbook = SB.playbook, SB.popen_playbook
+FRONTEND, FRONTEND_URL, HOSTVARS = SB.frontend, SB.frontend_url, SB.hostvars
 
-address, group, workers, instance_of, completion, wait_for = (
-    H.address, H.group, H.workers, H.instance_of, H.completion, H.wait_for)
-FRONTEND, FRONTEND_URL, HOSTVARS = H.FRONTEND, H.FRONTEND_URL, H.HOSTVARS
-
-
-def _render(value, hostname=None):
-    """The few inventory templates the sandbox uses for paths and names, rendered without Ansible."""
-    out = str(value).replace("{{ sandbox_dir }}", H.SANDBOX_DIR)
-    out = out.replace("{{ etcd_cluster_name | default('kvshare') }}", "kvshare")
-    if hostname:
-        out = out.replace("{{ inventory_hostname }}", hostname)
-    assert "{{" not in out, "cannot render %r" % value
-    return out
-
-
-_SB = HOSTVARS[group("sandbox")[0]]
 # The Maru pool's FS_DAX mount as this machine sees it (sandbox/fake-fsdax.sh): its allocation files.
-POOL_HOST_DIR = _render(_SB.get("sandbox_fsdax_dir", "{{ sandbox_dir }}/fakecxl")) + "/pmem0"
-PKI_DIR = _render(_SB["etcd_pki_dir"])
+POOL_HOST_DIR = SB.render(SB.sandbox_var("sandbox_fsdax_dir", "{{ sandbox_dir }}/fakecxl")) + "/pmem0"
+PKI_DIR = SB.render(SB.sandbox_var("etcd_pki_dir"))
 SENTINEL_KEY = "kvshare/faults/sentinel"
 MARU_SECRET = "/var/lib/maru-resourced/secret"
 POLL = 0.5
 # Not running: a vLLM worker whose engine processes outlive SIGKILL for TimeoutStopSec ends "failed".
 STOPPED = ("inactive", "failed", "unknown")
-LOG_DIR = os.path.join(RUN_DIR, "logs")
-_RUNS = []
-_HOSTS = {}
-
-
-def host(name):
-    if name not in _HOSTS:
-        _HOSTS[name] = H.ssh_host(name)
-    return _HOSTS[name]
 
 
 def sh(name, cmd):
     return host(name).check_output(cmd)
-
-
-def container(name):
-    return _render(HOSTVARS[name]["sandbox_container_name"], name)
 
 
 def etcdctl(name, args, at=None):
@@ -80,50 +58,14 @@ def etcdctl(name, args, at=None):
     return sh(name, "set -a; . /etc/etcd/etcdctl.env; set +a; ETCDCTL_ENDPOINTS=https://%s:2379 etcdctl %s" % (at, args))
 
 
-def playbook(*args, timeout=1500):
-    """ansible-playbook against the copy: (CompletedProcess, seconds)."""
-    t0 = time.monotonic()
-    res = H.ansible_playbook(*args, timeout=timeout)
-    took = time.monotonic() - t0
-    # Whole output kept for the post-mortem (assertion messages show only its tail).
-    os.makedirs(LOG_DIR, exist_ok=True)
-    _RUNS.append(args)
-    name = "%02d-%s.log" % (len(_RUNS), os.path.basename(args[0]).replace(".yml", ""))
-    with open(os.path.join(LOG_DIR, name), "w") as handle:
-        handle.write("# ansible-playbook %s\n# rc=%d, %.1f s\n%s%s" % (" ".join(args), res.returncode, took, res.stdout, res.stderr))
-    return res, took
-
-
-def worker_serving(hostname, worker, exclude=()):
-    """An instance id of this worker that answers a direct-routed completion, or None."""
-    try:
-        for iid in instance_of(hostname, worker):
-            if iid not in exclude and completion(worker, iid)[0] == 200:
-                return iid
-    except (OSError, AssertionError, ValueError):
-        return None
-    return None
-
-
 def serving_map(only=None):
     """{host/worker: instance id} when every worker (or those in `only`) serves, else None."""
-    out = {}
-    for hostname, worker in workers():
-        key = "%s/%s" % (hostname, worker["name"])
-        if only is not None and key not in only:
-            continue
-        iid = worker_serving(hostname, worker)
-        if iid is None:
-            return None
-        out[key] = iid
-    return out
+    return SB.serving(only, need_all=True)
 
 
 def wait_all_serving(timeout=300, only=None):
-    """Seconds until every worker serves through the frontend (polled every POLL s)."""
-    t0 = time.monotonic()
-    wait_for(lambda: serving_map(only), timeout=timeout, interval=POLL, what="every worker to serve")
-    return time.monotonic() - t0
+    """{host/worker: instance id} once every worker serves through the frontend (polled every POLL s)."""
+    return SB.wait_all_serving(timeout, only, interval=POLL)
 
 
 def unit_state(name, unit):
@@ -174,18 +116,6 @@ def kill_group(proc):
     except ProcessLookupError:
         pass
     proc.wait(timeout=30)
-
-
-def popen_playbook(*args):
-    cmd = [os.path.join(H.BIN, "ansible-playbook"), "-i", INVENTORY] + list(args)
-    env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "PYTHONUNBUFFERED": "1",
-           "PATH": H.BIN + os.pathsep + os.environ["PATH"]}
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, start_new_session=True)
-
-
-def podman(*args, check=True):
-    return subprocess.run(["podman"] + list(args), capture_output=True, text=True, check=check)
 
 
 def sha256(data):

@@ -2,6 +2,7 @@
 127.0.11.N, kvshare-f-sb1..3), each case with its
 own assertions, each ending with verify.yml passing again and nothing lost (etcd key, pool files,
 Maru RM secret, every worker serving). Recovery times land in the table and reports/faults.json."""
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,31 @@ def finish(base, record):
     F.verify()
     F.assert_nothing_lost(base)
     record["nothing_lost"] = True
+
+
+def recover(record, *args, serving=True):
+    """The operator's fix, ansible-playbook *args, must pass; its time (until every worker serves
+    again, unless serving=False) is the case's recovery."""
+    t0 = time.monotonic()
+    res, dummy = F.playbook(*args)
+    if serving:
+        assert res.returncode == 0, res.stdout[-4000:]
+        F.wait_all_serving(timeout=300)
+    record["recovery_s"] = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout[-4000:]
+    return res
+
+
+@contextlib.contextmanager
+def restored_by(record, *args, serving=True):
+    """The fault's checks in the body; then, whatever their outcome, the operator's fix
+    (ansible-playbook *args), checked and timed by recover() when they passed."""
+    try:
+        yield
+    except BaseException:
+        F.playbook(*args)
+        raise
+    recover(record, *args, serving=serving)
 
 
 def recap(stdout):
@@ -80,7 +106,8 @@ def test_fault_02_worker_crash_loops(stack, record):
     others = {key(h, w) for h, w in F.workers() if (h, w["name"]) != (hostname, bad["name"])}
     # Only the workers are rolled (`--tags dynamo_worker`: validation, then the worker role).
     res, took = F.playbook("site.yml", "--tags", "dynamo_worker", "-e", ev)
-    try:
+    # The operator's fix afterwards: the worker role again with the right model.
+    with restored_by(record, "site.yml", "--tags", "dynamo_worker"):
         out = res.stdout
         assert res.returncode != 0, out[-3000:]
         unit = "dynamo-worker@%s.service" % bad["name"]
@@ -93,13 +120,6 @@ def test_fault_02_worker_crash_loops(stack, record):
         assert not any("(item=%s)" % bad["name"] in r for r in retries), retries
         # The other workers stayed up.
         assert F.serving_map(only=others) is not None, "another worker stopped serving"
-    finally:
-        # The operator's fix: the worker role again with the right model.
-        t0 = time.monotonic()
-        res, dummy = F.playbook("site.yml", "--tags", "dynamo_worker")
-    assert res.returncode == 0, res.stdout[-4000:]
-    F.wait_all_serving(timeout=300)
-    record["recovery_s"] = time.monotonic() - t0
     record["note"] = "failed after %.0f s (readiness timeout 600 s); restore = site.yml --tags dynamo_worker" % took
     finish(stack, record)
 
@@ -114,7 +134,7 @@ def test_fault_03_frontend_restart(stack, record):
     F.wait_all_serving(timeout=180)
     record["recovery_s"] = time.monotonic() - t0
     assert F.sh(F.FRONTEND, "systemctl show -p InvocationID --value dynamo-frontend").strip() != before
-    assert len(F.H.generate_instances()) == len(list(F.workers()))
+    assert len(F.generate_instances()) == len(list(F.workers()))
     finish(stack, record)
 
 
@@ -127,7 +147,7 @@ def test_fault_04_one_etcd_member_down(stack, record):
     serving_before = F.serving_map()
     assert serving_before is not None, "not every worker serves before the fault"
     F.sh(down, "systemctl stop etcd")
-    try:
+    with restored_by(record, "playbooks/etcd.yml", serving=False):
         assert F.unit_state(down, "etcd") == "inactive"
         F.etcdctl(other, "put kvshare/faults/while-down yes")
         # Longer than a keep-alive round (TTL/2 = 15 s): every worker keeps serving under the same
@@ -142,11 +162,6 @@ def test_fault_04_one_etcd_member_down(stack, record):
         F.wait_for(lambda: F.serving_map() == serving_before, timeout=60, interval=F.POLL,
                    what="the restarted frontend to route to every worker")
         rediscovered = time.monotonic() - t0
-    finally:
-        t0 = time.monotonic()
-        res, dummy = F.playbook("playbooks/etcd.yml")
-    record["recovery_s"] = time.monotonic() - t0
-    assert res.returncode == 0, res.stdout[-4000:]
     assert F.unit_state(down, "etcd") == "active"
     assert F.etcdctl(other, "member list -w simple | cut -d, -f1 | sort") == ids_before
     assert F.etcdctl(down, "get --print-value-only kvshare/faults/while-down").strip() == "yes"
@@ -187,7 +202,7 @@ def test_fault_05_etcd_cluster_restart(stack, record):
             last_gap = time.monotonic()
         time.sleep(F.POLL)
     F.wait_all_serving(timeout=300)
-    F.wait_for(lambda: len(F.H.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
+    F.wait_for(lambda: len(F.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
                what="no stale registrations")
     # Until every worker served for good: the first time, unless a gap followed within the window.
     record["recovery_s"] = (time.monotonic() - t0) if last_gap else first_ok
@@ -214,14 +229,10 @@ def test_fault_06_rollout_interrupted(stack, record):
     finally:
         F.kill_group(proc)
     assert any("Start the workers of wave" in line for line in seen), "".join(seen)[-3000:]
-    t0 = time.monotonic()
-    res, dummy = F.playbook("site.yml")
-    assert res.returncode == 0, res.stdout[-4000:]
-    F.wait_all_serving(timeout=300)
-    record["recovery_s"] = time.monotonic() - t0
+    recover(record, "site.yml")
     for h in F.group("dynamo_workers"):
         assert "KVSHARE_FAULT_ROLLOUT" not in F.sh(h, "cat /etc/dynamo/workers/*.env")
-    F.wait_for(lambda: len(F.H.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
+    F.wait_for(lambda: len(F.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
                what="no stale registrations")
     finish(stack, record)
 
@@ -241,22 +252,18 @@ def test_fault_07_port_taken(stack, record):
     F.sh(hostname, "systemctl stop %s" % unit)
     F.sh(hostname, "systemd-run --unit kvshare-fault-squatter --collect "
                    "/usr/bin/python3 -m http.server --bind %s %d" % (addr, port))
-    try:
-        F.wait_for(lambda: ":%d " % port in F.sh(hostname, "ss -Hltn src %s" % addr) or None, timeout=30,
-                   what="the squatter to listen")
-        res, dummy = F.playbook("site.yml")
-        out = res.stdout
-        assert res.returncode != 0, out[-3000:]
-        fatal = "\n".join(line for line in out.splitlines() if "fatal:" in line or "FAILED" in line or "msg" in line)
-        assert str(port) in fatal and "python3" in fatal and hostname in fatal, fatal[-3000:]
-        assert all(r.get("changed", 0) == 0 for r in recap(out).values()), recap(out)
-    finally:
-        F.sh(hostname, "systemctl stop kvshare-fault-squatter || true")
-        t0 = time.monotonic()
-        res, dummy = F.playbook("site.yml", "--tags", "dynamo_worker")
-    assert res.returncode == 0, res.stdout[-4000:]
-    F.wait_all_serving(timeout=300)
-    record["recovery_s"] = time.monotonic() - t0
+    with restored_by(record, "site.yml", "--tags", "dynamo_worker"):
+        try:
+            F.wait_for(lambda: ":%d " % port in F.sh(hostname, "ss -Hltn src %s" % addr) or None, timeout=30,
+                       what="the squatter to listen")
+            res, dummy = F.playbook("site.yml")
+            out = res.stdout
+            assert res.returncode != 0, out[-3000:]
+            fatal = "\n".join(line for line in out.splitlines() if "fatal:" in line or "FAILED" in line or "msg" in line)
+            assert str(port) in fatal and "python3" in fatal and hostname in fatal, fatal[-3000:]
+            assert all(r.get("changed", 0) == 0 for r in recap(out).values()), recap(out)
+        finally:
+            F.sh(hostname, "systemctl stop kvshare-fault-squatter || true")
     finish(stack, record)
 
 
@@ -267,7 +274,7 @@ def test_fault_08_pool_down(stack, record):
     others = {key(h, w) for h, w in F.workers() if h != hostname}
     units = " ".join("dynamo-worker@%s" % n for n in names)
     F.sh(hostname, "systemctl stop %s maru-server" % units)
-    try:
+    with restored_by(record, "site.yml", "--tags", "maru_pool,dynamo_worker"):
         # (a) the pool service is down when the workers are rolled (`--tags dynamo_worker`: the
         # pool's own play, which would start it again, is not part of that run).
         res, dummy = F.playbook("site.yml", "--tags", "dynamo_worker")
@@ -288,12 +295,6 @@ def test_fault_08_pool_down(stack, record):
         for n in names:
             assert F.unit_state(hostname, "dynamo-worker@%s" % n) in F.STOPPED
         assert F.serving_map(only=others) is not None
-    finally:
-        t0 = time.monotonic()
-        res, dummy = F.playbook("site.yml", "--tags", "maru_pool,dynamo_worker")
-    assert res.returncode == 0, res.stdout[-4000:]
-    F.wait_all_serving(timeout=300)
-    record["recovery_s"] = time.monotonic() - t0
     record["note"] = "recovery = site.yml --tags maru_pool,dynamo_worker (the pool, then the workers)"
     finish(stack, record)
 
@@ -331,7 +332,7 @@ def test_fault_09_host_restart(stack, record):
         F.podman("restart", F.container(name))
     t0 = time.monotonic()
     for name in worker_hosts:
-        F._HOSTS.pop(name, None)
+        F.forget_host(name)
         F.wait_for(lambda name=name: F.podman("exec", F.container(name), "systemctl", "is-system-running", check=False)
                    .stdout.strip() in ("running", "degraded"), timeout=180, interval=F.POLL, what="%s to boot" % name)
     F.wait_all_serving(timeout=600)
@@ -404,11 +405,7 @@ def test_fault_10_teardown_then_rollout(stack, record):
         for unit in ("maru-server", "maru-resource-manager"):
             assert F.unit_state(p, unit) in F.STOPPED, unit
         assert F.sh(p, "test -f %s && echo kept" % F.MARU_SECRET).strip() == "kept"
-    t0 = time.monotonic()
-    res, dummy = F.playbook("site.yml")
-    assert res.returncode == 0, res.stdout[-4000:]
-    F.wait_all_serving(timeout=300)
-    record["recovery_s"] = time.monotonic() - t0
+    recover(record, "site.yml")
     F.verify()
     with open(os.environ["KVSHARE_VERIFY_REPORT"]) as handle:
         verdicts_after = [(p["host_a"], p["host_b"], p["pool"], p["verdict"]) for p in json.load(handle)["pairs"]]
@@ -424,7 +421,7 @@ def test_fault_11_verify_names_the_cause(stack, record):
     hostname = VLLM[0][0]
     server = "maru-server.service"
     F.sh(hostname, "systemctl stop %s" % server)   # PartOf= stops this host's Maru workers with it
-    try:
+    with restored_by(record, "site.yml", "--tags", "maru_pool,dynamo_worker"):
         res, dummy = F.playbook("verify.yml", timeout=900)
         out = res.stdout
         assert res.returncode != 0, out[-3000:]
@@ -435,10 +432,4 @@ def test_fault_11_verify_names_the_cause(stack, record):
                    for n in local), out[-4000:]
         assert re.search(r"maru-server tcp://\S+ is unreachable from the host of worker A", out), out[-4000:]
         record["note"] = "; ".join(sorted(set(re.findall(r"(?:pool unit|worker) \S+ on \S+: [^,'\"\]]+", out))))[:600]
-    finally:
-        t0 = time.monotonic()
-        res, dummy = F.playbook("site.yml", "--tags", "maru_pool,dynamo_worker")
-    assert res.returncode == 0, res.stdout[-4000:]
-    F.wait_all_serving(timeout=300)
-    record["recovery_s"] = time.monotonic() - t0
     finish(stack, record)
