@@ -1,141 +1,33 @@
 """Helpers of the day-2 suite: the sandbox copy's inventory, playbooks, hosts, a client loop.
 
-Talks to the copy's hosts with `podman exec kvshare-d-<host>` and to the frontend over HTTP.
+Drives the copy with tests/lib/sandbox.py (a Sandbox: inventory, playbooks, the frontend) and talks
+to its hosts with `podman exec kvshare-d-<host>`.
 """
-import json
 import os
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 
-from sandbox_copy import CONTAINER_PREFIX, DAY2_DIR, REPO, make_copy
+from lib.sandbox import Sandbox, copy_env, must, podman_exec
+from lib.sandbox_copy import DAY2, DAY2_DIR, build_wheelhouse, mocker
+from lib.sandbox_copy import day2_copy as make_copy
 
-BIN = os.path.dirname(sys.executable)
 INVENTORY = os.path.join(DAY2_DIR, "inventory")
-ENV = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "PATH": BIN + os.pathsep + os.environ["PATH"],
-       # Ansible's fact cache is keyed by inventory name (sb1..3 in every sandbox copy): keep ours apart.
-       "ANSIBLE_CACHE_PLUGIN_CONNECTION": os.path.join(DAY2_DIR, "facts"),
-       "KVSHARE_VERIFY_REPORT": os.path.join(DAY2_DIR, "verify.json")}
+ENV = copy_env(DAY2_DIR)
 PINS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pins")
 LOGS = os.path.join(DAY2_DIR, "logs")
+# Every playbook run's output is kept in LOGS/NN-<log or playbook name>.log.
+SB = Sandbox(INVENTORY, env=ENV, log_dir=LOGS)
+playbook = SB.playbook
 
 
-def playbook(*args, timeout=1500, log=None):
-    """ansible-playbook against the copy: (CompletedProcess, seconds); output kept in LOGS/<log>.log."""
-    t0 = time.monotonic()
-    res = subprocess.run([os.path.join(BIN, "ansible-playbook"), "-i", INVENTORY] + list(args), cwd=REPO,
-                         capture_output=True, text=True, timeout=timeout, env=ENV, check=False)
-    os.makedirs(LOGS, exist_ok=True)
-    name = log or os.path.basename(args[0]).replace(".yml", "")
-    with open(os.path.join(LOGS, name + ".log"), "w") as fh:
-        fh.write(res.stdout + res.stderr)
-    return res, time.monotonic() - t0
-
-
-def must(res, what):
-    assert res.returncode == 0, "%s failed:\n%s" % (what, (res.stdout + res.stderr)[-5000:])
-
-
-def inventory():
-    out = subprocess.run([os.path.join(BIN, "ansible-inventory"), "-i", INVENTORY, "--list"], check=True,
-                         capture_output=True, text=True, cwd=REPO, env=ENV).stdout
-    return json.loads(out)
-
-
-class Inv:
-    """A snapshot of the copy's inventory."""
-
-    def __init__(self):
-        self.data = inventory()
-        self.hostvars = self.data["_meta"]["hostvars"]
-
-    def group(self, name):
-        return self.data.get(name, {}).get("hosts", [])
-
-    def address(self, host):
-        return self.hostvars[host]["kvshare_bind_address"]
-
-    @property
-    def frontend_url(self):
-        return "http://%s:8000" % self.address(self.group("dynamo_frontend")[0])
-
-    def workers(self):
-        """{"host/name": (host, worker)} for every worker."""
-        out = {}
-        for host in self.group("dynamo_workers"):
-            for worker in self.hostvars[host].get("dynamo_workers", []):
-                out["%s/%s" % (host, worker["name"])] = (host, worker)
-        return out
-
-    def by_rpc(self):
-        return dict(("%s:%s" % (self.address(h), w["rpc_port"]), key) for key, (h, w) in self.workers().items())
-
-
-def http_json(url, payload=None, timeout=30):
-    data = json.dumps(payload).encode() if payload is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, json.loads(resp.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")[:300]
-    except (OSError, ValueError) as exc:
-        return None, str(exc)[:300]
-
-
-def instances(inv):
-    """{"host/name": instance id} of the workers the frontend lists (generate endpoints)."""
-    status, body = http_json(inv.frontend_url + "/health?instances=true", timeout=10)
-    if status != 200 or not isinstance(body, dict):
-        return {}
-    rpc = inv.by_rpc()
-    out = {}
-    for inst in body.get("instances", []):
-        if inst.get("endpoint") != "generate":
-            continue
-        key = rpc.get(((inst.get("transport") or {}).get("tcp") or "").split("/", 1)[0])
-        if key:
-            out.setdefault(key, []).append(int(inst["instance_id"]))
-    return out
-
-
-def completion(inv, worker, instance_id, timeout=20):
-    return http_json(inv.frontend_url + "/v1/completions", {
-        "model": worker.get("served_model_name", worker["model"]), "prompt": "hello world", "max_tokens": 2,
-        "temperature": 0, "nvext": {"backend_instance_id": instance_id}}, timeout=timeout)
-
-
-def serving(inv):
-    """{"host/name": instance id} of the workers answering a direct-routed completion."""
-    out = {}
-    ids = instances(inv)
-    for key, (host, worker) in inv.workers().items():
-        for iid in ids.get(key, []):
-            if completion(inv, worker, iid)[0] == 200:
-                out[key] = iid
-                break
-    return out
-
-
-def wait_all_serving(inv, timeout=180):
-    deadline = time.monotonic() + timeout
-    got = {}
-    while time.monotonic() < deadline:
-        got = serving(inv)
-        if set(got) == set(inv.workers()):
-            return got
-        time.sleep(0.5)
-    raise AssertionError("not every worker serves after %ss: %s of %s" % (timeout, sorted(got), sorted(inv.workers())))
+def Inv():
+    """A snapshot of the copy's inventory (a Sandbox: the suite waits 180 s for every worker to
+    serve, 10 s for the frontend's /health, 20 s for a completion)."""
+    return Sandbox(INVENTORY, env=ENV, request_timeout=20, health_timeout=10, serve_timeout=180)
 
 
 def sh(host, cmd, check=True):
-    res = subprocess.run(["podman", "exec", CONTAINER_PREFIX + host, "bash", "-c", cmd], capture_output=True, text=True, check=False)
-    if check:
-        assert res.returncode == 0, "%s: %s: %s" % (host, cmd, res.stderr)
-    return res.stdout
+    return podman_exec(DAY2["prefix"] + host, cmd, check)
 
 
 def unit_times(host, unit):
@@ -149,7 +41,7 @@ def unit_times(host, unit):
 
 
 def worker_units(inv):
-    return dict((key, unit_times(h, "dynamo-worker@%s" % w["name"])) for key, (h, w) in inv.workers().items())
+    return dict((key, unit_times(h, "dynamo-worker@%s" % w["name"])) for key, (h, w) in inv.worker_map().items())
 
 
 def etcdctl(host, args):
@@ -167,7 +59,7 @@ class ClientLoop(threading.Thread):
     def __init__(self, inv, pause=0.05):
         super().__init__(daemon=True)
         self.inv = inv
-        self.workers = inv.workers()
+        self.workers = inv.worker_map()
         self.pause = pause
         self.requests = []
         self.rounds = []
@@ -176,7 +68,7 @@ class ClientLoop(threading.Thread):
     def run(self):
         while not self.stop_event.is_set():
             t_round = time.monotonic()
-            ids = instances(self.inv)
+            ids = self.inv.instance_map()
             down = []
             for key, (_host, worker) in self.workers.items():
                 if not ids.get(key):
@@ -184,7 +76,7 @@ class ClientLoop(threading.Thread):
                     continue
                 iid = ids[key][-1]
                 t0 = time.monotonic()
-                status, body = completion(self.inv, worker, iid)
+                status, body = self.inv.completion(worker, iid)
                 self.requests.append({"t0": t0, "t1": time.monotonic(), "worker": key, "instance": iid,
                                       "status": status, "error": None if status == 200 else str(body)[:200]})
                 if status != 200:
@@ -234,4 +126,4 @@ def restart_windows(loop, before, after):
     return windows
 
 
-__all__ = ["make_copy", "REPO", "DAY2_DIR"]
+__all__ = ["DAY2_DIR", "build_wheelhouse", "make_copy", "mocker", "must"]

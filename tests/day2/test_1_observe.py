@@ -16,17 +16,17 @@ def test_status_table_and_json(stack, record):
     assert len(recap) == 3 and all(n == "0" for dummy, n in recap), "status.yml changed a host: %s" % recap
     with open(report) as fh:
         doc = json.load(fh)
-    ids = D.instances(stack)
+    ids = stack.instance_map()
     workers = {"%s/%s" % (h["host"], w["name"]): w for h in doc["hosts"] for w in h["workers"]}
-    assert set(workers) == set(stack.workers())
+    assert set(workers) == set(stack.worker_map())
     for key, worker in workers.items():
         assert worker["ready"], (key, worker)
         assert int(worker["instance_id"]) in ids[key], (key, worker["instance_id"], ids.get(key))
-        assert worker["gpu"] == ",".join(stack.workers()[key][1]["gpus"])
+        assert worker["gpu"] == ",".join(stack.worker_map()[key][1]["gpus"])
         assert worker["hit_rate"] is None  # mockers export no external prefix-cache counters
     units = [(h["host"], u["unit"], u["state"]) for h in doc["hosts"] for u in h["units"]]
     assert all(state == "active" for dummy, dummy, state in units), units
-    # The copy runs mockers only and has no KV pool (sandbox_copy.py empties maru_pool): no Maru unit.
+    # The copy runs mockers only and has no KV pool (tests/lib/sandbox_copy.py empties maru_pool): no Maru unit.
     assert {("sb1", "dynamo-frontend.service"), ("sb3", "etcd.service")} <= set((h, u) for h, u, dummy in units)
     assert not [u for dummy, u, dummy in units if u.startswith("maru-")], units
     assert doc["summary"]["healthy"] and doc["summary"]["workers_ready"] == len(workers)
@@ -54,7 +54,7 @@ def test_prometheus_file_sd_targets_scrape(stack, record):
         with open(os.path.join(sd_dir, name + ".json")) as fh:
             jobs[name] = json.load(fh)
     assert len(jobs["dynamo-frontend"]) == 1 and len(jobs["etcd"]) == 3 and jobs["maru"] == []
-    assert len(jobs["dynamo-worker"]) == len(stack.workers())
+    assert len(jobs["dynamo-worker"]) == len(stack.worker_map())
     for group in [g for groups in jobs.values() for g in groups]:
         assert {"host", "worker", "gpu", "pool", "cluster"} <= set(group["labels"])
     workers = {(g["labels"]["host"], g["labels"]["worker"]): g for g in jobs["dynamo-worker"]}

@@ -6,8 +6,8 @@ import d2lib as D
 
 
 def _run(stack, record, *args, unit="worker", log=None):
-    D.wait_all_serving(stack)
-    before_units, before_ids = D.worker_units(stack), D.serving(stack)
+    stack.wait_all_serving()
+    before_units, before_ids = D.worker_units(stack), stack.serving()
     loop = D.ClientLoop(stack)
     loop.start()
     time.sleep(2)
@@ -17,7 +17,7 @@ def _run(stack, record, *args, unit="worker", log=None):
     time.sleep(2)
     loop.stop()
     D.must(res, "rolling_restart.yml")
-    after_units, after_ids = D.worker_units(stack), D.serving(stack)
+    after_units, after_ids = D.worker_units(stack), stack.serving()
     windows = D.restart_windows(loop, before_units, after_units)
     outside, inside = loop.failures(windows)
     figures = {"requests": len(loop.requests), "failed_outside_restart": len(outside),
@@ -30,8 +30,8 @@ def _run(stack, record, *args, unit="worker", log=None):
 def test_rolling_restart_one_worker_at_a_time(stack, record):
     figures, before, after, outside, loop = _run(stack, record, log="rolling-worker")
     assert outside == [], "failed requests to workers not being restarted: %s" % outside[:5]
-    assert figures["restarted"] == sorted(stack.workers())
-    assert set(after) == set(stack.workers())
+    assert figures["restarted"] == sorted(stack.worker_map())
+    assert set(after) == set(stack.worker_map())
     assert all(after[k] != before[k] for k in after), "a worker kept its instance id: not restarted"
     assert figures["max_workers_down_at_once"] <= 1, loop.rounds
     assert figures["requests"] > 50

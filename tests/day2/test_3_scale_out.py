@@ -1,10 +1,10 @@
 """Scale-out: a worker, then a host, added to the inventory; site.yml starts only the new ones."""
 import d2lib as D
-from sandbox_copy import mocker
+from lib.sandbox_copy import mocker
 
 
 def _untouched(before_units, before_ids, inv):
-    after_units, after_ids = D.worker_units(inv), D.wait_all_serving(inv)
+    after_units, after_ids = D.worker_units(inv), inv.wait_all_serving()
     for key, b in before_units.items():
         a = after_units[key]
         assert (a["enter"], a["pid"]) == (b["enter"], b["pid"]), "%s was restarted: %s -> %s" % (key, b, a)
@@ -14,7 +14,7 @@ def _untouched(before_units, before_ids, inv):
 
 def test_scale_out_worker_then_host(stack, record):
     inv = D.Inv()
-    before_units, before_ids = D.worker_units(inv), D.wait_all_serving(inv)
+    before_units, before_ids = D.worker_units(inv), inv.wait_all_serving()
     try:
         # A worker on an existing host (sb3, a third GPU).
         D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]})
@@ -26,7 +26,7 @@ def test_scale_out_worker_then_host(stack, record):
         kept_worker = {k: str(v) for k, v in before_ids.items()}
         # A new host (sb4) with one worker: created, then site.yml.
         before_units, before_ids = D.worker_units(inv), dict(after)
-        D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]}, extra_host=True)
+        D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]}, extra_hosts=1)
         inv = D.Inv()
         res, dummy = D.playbook("sandbox/create.yml", "--limit", "sb4", log="scale-out-create-sb4")
         D.must(res, "sandbox/create.yml --limit sb4")
@@ -45,5 +45,5 @@ def test_scale_out_worker_then_host(stack, record):
         res, dummy = D.playbook("site.yml", log="scale-out-back")
         D.must(res, "site.yml (back to the base inventory)")
     inv = D.Inv()
-    assert set(D.wait_all_serving(inv)) == set(inv.workers())
+    assert set(inv.wait_all_serving()) == set(inv.worker_map())
     assert "mock-e" not in D.sh("sb3", "ls /etc/dynamo/workers")

@@ -13,7 +13,7 @@ VENV_RE = re.compile(r"/opt/dynamo/venvs/([0-9a-f]{12})/bin/python")
 def running_venvs(inv):
     """{"host/unit": venv id} read from the running processes' command lines."""
     out = {}
-    units = [(h, "dynamo-worker@%s" % w["name"], key) for key, (h, w) in inv.workers().items()]
+    units = [(h, "dynamo-worker@%s" % w["name"], key) for key, (h, w) in inv.worker_map().items()]
     units.append((inv.group("dynamo_frontend")[0], "dynamo-frontend", "frontend"))
     for host, unit, key in units:
         pid = D.unit_times(host, unit)["pid"]
@@ -53,7 +53,7 @@ def _roll(inv, record, label, *args):
     fe_times = D.unit_times(fe, "dynamo-frontend")
     fe_back = min([r["t1"] for r in loop.requests if r["status"] == 200 and r["t0"] >= fe_times["enter"]] or [time.monotonic()])
     fe_window = (fe_times["exit"], fe_back)
-    for key in inv.workers():
+    for key in inv.worker_map():
         windows.setdefault(key, []).append(fe_window)
     outside, inside = loop.failures(windows)
     workers_phase = min((w[0][0] for k, w in windows.items() if len(w) > 1), default=fe_back)
@@ -74,7 +74,7 @@ def test_upgrade_and_rollback(stack, record):
     # The frontend host runs no engine: its venv id (a hash of pins + engines) differs from the
     # workers'; each process is followed on its own.
     inv = D.Inv()
-    D.wait_all_serving(inv)
+    inv.wait_all_serving()
     old = running_venvs(inv)
     for key, venv in old.items():
         assert versions(_host(inv, key), venv) == ["1.6.1", "1.6.1"], key
@@ -91,11 +91,11 @@ def test_upgrade_and_rollback(stack, record):
     fresh = set(h for h in hosts if not set(v for k, v in new.items() if _host(inv, k) == h) <= venvs_before[h])
     assert task_changed(res.stdout, "Install the pinned packages") == fresh
     record["installed_on"] = sorted(fresh)
-    D.wait_all_serving(inv)
+    inv.wait_all_serving()
 
     res = _roll(inv, record, "rollback-1.6.1")
     back = running_venvs(inv)
     assert back == old, (back, old)
     assert task_changed(res.stdout, "Install the pinned packages") == set(), "the rollback re-installed"
-    assert set(D.wait_all_serving(inv)) == set(inv.workers())
+    assert set(inv.wait_all_serving()) == set(inv.worker_map())
     record.update({"venvs_1.6.1": sorted(set(old.values())), "venvs_1.6.0": sorted(set(new.values()))})

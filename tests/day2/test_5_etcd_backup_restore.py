@@ -18,7 +18,7 @@ def _get_all(host):
 def test_backup_wipe_restore(stack, record):
     inv = D.Inv()
     members = inv.group("etcd")
-    before = D.wait_all_serving(inv)
+    before = inv.wait_all_serving()
     for key, value in KEYS.items():
         D.etcdctl(members[0], "put %s %s" % (key, value))
     backup_dir = os.path.join(D.DAY2_DIR, "backups")
@@ -42,9 +42,9 @@ def test_backup_wipe_restore(stack, record):
         assert _get_all(member) == KEYS, "keys not restored on %s" % member
     health = D.etcdctl(members[0], "endpoint health --cluster 2>&1")
     assert health.count("is healthy") == len(members), health
-    after = D.wait_all_serving(inv, timeout=180)
+    after = inv.wait_all_serving(timeout=180)
     serving_s = time.monotonic() - t0
-    assert set(after) == set(inv.workers())
+    assert set(after) == set(inv.worker_map())
     record.update({"keys_restored": len(KEYS), "snapshot_bytes": os.path.getsize(snapshot),
                    "backup_s": round(took_backup, 1), "restore_s": round(took_restore, 1),
                    "all_serving_after_restore_s": round(serving_s, 1),
