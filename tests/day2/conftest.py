@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Day-2 suite session: its sandbox copy up and rolled out; results table and reports/day2.json.
 
 Needs podman and root: skipped unless KVSHARE_DAY2=1 (`./dev.sh day2` sets it).

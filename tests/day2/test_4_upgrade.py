@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """upgrade.yml between two pinned versions (ai-dynamo 1.6.1 -> 1.6.0, then back): a new venv per
 set of pins, workers rolled over one at a time under a client loop; the rollback re-uses the old
 venv (nothing installed)."""

@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Fault suite: real faults on sandbox hosts (CI: the molecule hosts; `./dev.sh faults`: a copy on
 127.0.11.N, kvshare-f-sb1..3), each case with its
 own assertions, each ending with verify.yml passing again and nothing lost (etcd key, pool files,

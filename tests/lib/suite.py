@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Session bookkeeping of a sandbox suite (tests/faults, tests/day2): gate, per-case records, report.
 
 A suite runs only when its environment variable is 1 (else its test files are not collected), keeps

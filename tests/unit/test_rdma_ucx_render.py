@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Renders the rdma_ucx per-GPU UCX env files for a two-node KVCR-like inventory from fixture facts.
 
 1. gpu.env.j2 rendered with plain Jinja2 (plus Ansible's `comment` filter) from facts that

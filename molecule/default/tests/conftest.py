@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Fixtures for the sandbox scenario's testinfra checks: hosts over SSH, inventory data, helpers.
 
 The helpers are tests/lib/sandbox.py's, for the inventory in KVSHARE_INVENTORY (another copy of the

@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """The pool is real upstream Maru (resource manager + maru-server at the pinned commit) on the fake
 FS_DAX pool, its workers follow it (systemd), and B's answer really comes from the pool's data."""
 import base64
