@@ -10,6 +10,7 @@ import json
 import re
 
 from ansible.errors import AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
@@ -170,15 +171,10 @@ def format_text(value, template):
     return template.format(*value)
 
 
-def kv_share_pairs(hosts, hostvars, named_pairs=None):
-    """Worker pairs for verify.yml (see module_utils.workers.share_pairs)."""
-    host_workers = {}
-    for host in hosts or []:
-        try:
-            workers = hostvars[host]["dynamo_workers"]
-        except KeyError:
-            continue
-        host_workers[host] = list(workers or [])
+def kv_share_pairs(hosts, hostvars, named_pairs=None, groups=None):
+    """Worker pairs for verify.yml (see module_utils.workers.share_pairs); each worker as its pool
+    (kv_pool) configures it, which needs ``groups``."""
+    host_workers = dict((host, _kv_pools.host_workers(host, hostvars, groups)) for host in hosts or [])
     try:
         return _workers.share_pairs(host_workers, named_pairs)
     except ValueError as exc:

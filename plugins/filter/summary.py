@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 
 
@@ -31,10 +32,7 @@ def stack_summary(groups, hostvars, inventory=""):
     rows = [("host", "gpus", "worker", "engine", "model", "system port", "KV pool")]
     models = set()
     for host in groups.get("dynamo_workers") or []:
-        try:
-            workers = hostvars[host].get("dynamo_workers") or []
-        except (KeyError, TypeError, AttributeError):
-            workers = []
+        workers = _kv_pools.host_workers(host, hostvars, groups)
         for worker in sorted(workers, key=lambda w: (",".join(str(g) for g in w.get("gpus") or []), str(w.get("name")))):
             model = worker.get("model") or ("mocker" if worker.get("engine") == "mocker" else "")
             models.add(model)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
 from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
@@ -17,24 +18,9 @@ def worker_port_requests(workers, bind_address):
     return _workers.port_requests(list(workers or []) if isinstance(workers, list) else [], bind_address)
 
 
-def worker_cluster_errors(hosts, hostvars, maru_hosts=None):
-    """Cross-host worker checks (unique maru_instance_id, Maru server URLs served by a maru_pool host)."""
-    host_workers = {}
-    for host in hosts or []:
-        try:
-            host_workers[host] = hostvars[host]["dynamo_workers"]
-        except KeyError:
-            continue
-    urls = None
-    if maru_hosts is not None:
-        urls = []
-        for host in maru_hosts:
-            try:
-                urls.append(str(hostvars[host]["maru_pool_server_url"]))
-            except KeyError:
-                urls = None  # the maru_pool preflight did not run for this host: no URL check
-                break
-    return _workers.cluster_worker_errors(host_workers, urls)
+def worker_cluster_errors(hosts, hostvars, groups=None):
+    """Cross-host worker checks (unique maru_instance_id), on the workers as their pools (kv_pool) configure them."""
+    return _workers.cluster_worker_errors(dict((host, _kv_pools.host_workers(host, hostvars, groups)) for host in hosts or []))
 
 
 def _host_lookup(hostvars, host):

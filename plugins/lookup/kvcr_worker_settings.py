@@ -12,12 +12,13 @@ DOCUMENTATION = r"""
 name: kvcr_worker_settings
 short_description: A KVCR host's worker settings from its own variables (no kvcr preflight needed)
 description:
-  - Returns the parts of the KVCR worker that the kvcr preflight exports as facts
-    (V(kv_transfer_config), V(env), V(extra_args)), derived from the current host's variables with
-    the kvcr role's defaults for what is unset. For the inventory's C(group_vars/kvcr.yml), so that
-    plays which never run the preflight (status.yml, verify.yml) can template C(dynamo_workers).
-  - A lookup, not a filter, because it must read the host's variables also where C(hostvars) is not
-    defined (another host's C(dynamo_workers) read through C(hostvars)).
+  - Returns the parts of the KVCR worker that a worker naming the host's pool (C(kv_pool) V(kvcr) in
+    C(dynamo_workers)) gets (V(kv_transfer_config), V(env), V(extra_args)), derived from the current
+    host's variables with the kvcr role's defaults for what is unset (C(plugins/module_utils/kvcr.py),
+    the same function the worker's C(kv_pool) uses).
+  - Workers do not need it (they name the pool); it serves a playbook that needs one part itself, e.g.
+    the KVCR integration test's stand-in (C(tests/integration/kvcr/standin.yml)).
+  - A lookup, not a filter, because it reads the current host's variables without C(hostvars).
 version_added: "0.1.0"
 author:
   - kvshare.dynamo developers (@kvshare)
@@ -28,7 +29,9 @@ options:
 """
 
 EXAMPLES = r"""
-kvcr_worker_kv_transfer_config: "{{ lookup('kvshare.dynamo.kvcr_worker_settings', 'kv_transfer_config') }}"
+- name: The KV transfer config a KVCR worker on this host gets (kv_pool kvcr)
+  ansible.builtin.debug:
+    msg: "{{ lookup('kvshare.dynamo.kvcr_worker_settings', 'kv_transfer_config') }}"
 """
 
 RETURN = r"""

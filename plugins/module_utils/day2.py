@@ -14,6 +14,7 @@ __metaclass__ = type
 
 import json
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils.workers import gpu_groups, gpu_key, pool_id, start_waves
@@ -84,8 +85,7 @@ def prometheus_targets(hostvars, groups, maru_metrics_port=0, etcd_client_port=2
         addr = hv.get("dynamo_frontend_http_host") or _addr(hostvars, host)
         out["dynamo-frontend"].append(group("%s:%s" % (addr, port), host, "dynamo-frontend"))
     for host in groups.get("dynamo_workers", []):
-        hv = hostvars.get(host, {})
-        for worker in hv.get("dynamo_workers", []) or []:
+        for worker in _kv_pools.host_workers(host, hostvars, groups):
             out["dynamo-worker"].append(group(
                 "%s:%s" % (_addr(hostvars, host), worker["system_port"]), host, "dynamo-worker",
                 worker=worker["name"], gpu=",".join(gpu_key(worker)), pool=pool_id(host, worker) or "",

@@ -177,9 +177,14 @@ def deployment_errors(members, settings):
 
 
 def worker_errors(worker, expected_config, variant, require_hardware=True):
-    """Checks of the one KVCR worker on a host against the config this variant renders."""
+    """Checks of the one KVCR worker on a host (as its pool configures it: module_utils.kv_pools)
+    against the config this variant renders."""
     errors = []
     name = worker.get("name")
+    if (worker.get("kv_pool") or {}).get("type") != "kvcr":
+        errors.append("worker %s: must name its pool, kv_pool: kvcr (its kv_transfer_config, env and "
+                      "--kv-events-config come from this host's KVCR slot)" % name)
+        return errors
     if worker.get("engine") != "vllm":
         if require_hardware:
             errors.append("worker %s: engine must be vllm for KVCR (got %r)" % (name, worker.get("engine")))
@@ -189,12 +194,12 @@ def worker_errors(worker, expected_config, variant, require_hardware=True):
     if not worker.get("gpus"):
         errors.append("worker %s: gpus is required (the UCX environment is chosen per GPU)" % name)
     if worker.get("kv_transfer_config") != expected_config:
-        errors.append("worker %s: kv_transfer_config must be kvcr_worker_kv_transfer_config (the %s config "
-                      "rendered from the slot), not a hand-written one" % (name, variant))
+        errors.append("worker %s: kv_transfer_config must be the %s config rendered from the slot (what kv_pool: kvcr "
+                      "gives), not a hand-written one" % (name, variant))
     args = [str(a) for a in worker.get("extra_args") or []]
     if "--kv-events-config" not in args:
         errors.append("worker %s: extra_args must carry --kv-events-config with enable_kv_cache_events "
-                      "(kvcr_worker_extra_args): the state agent needs vLLM KV events" % name)
+                      "(what kv_pool: kvcr gives): the state agent needs vLLM KV events" % name)
     if "--no-enable-prefix-caching" in args:
         errors.append("worker %s: --no-enable-prefix-caching disables what the state agent needs" % name)
     return errors
@@ -254,8 +259,9 @@ def worker_env(slot, slot_count, hash_seed, proto_info=False):
     return env
 
 
-# Role defaults (roles/kvcr/defaults/main.yml) the worker settings are derived from when the kvcr
-# role is not loaded (status.yml, verify.yml, any play that only reads dynamo_workers);
+# Role defaults (roles/kvcr/defaults/main.yml) the worker settings (kv_pool: kvcr,
+# module_utils.kv_pools) are derived from when the kvcr role is not loaded (status.yml, verify.yml,
+# any play that only reads dynamo_workers);
 # tests/unit/plugins/module_utils/test_kvcr.py keeps them in lock-step with the role.
 HOST_DEFAULTS = {
     "kvcr_variant": "memory_service",
@@ -299,8 +305,8 @@ def host_worker_settings(host_vars):
     """The KVCR worker settings of one host from its variables alone (no preflight facts needed).
 
     host_vars: the host's variables (hostvars[host]); role defaults fill what is unset.
-    Returns {"kv_transfer_config", "env", "extra_args"}: what the preflight exports as
-    kvcr_worker_kv_transfer_config, kvcr_worker_env and kvcr_worker_extra_args.
+    Returns {"kv_transfer_config", "env", "extra_args"}: what a worker that names the host's pool
+    (kv_pool: kvcr) gets.
     """
     def get(key):
         value = host_vars.get(key)

@@ -3,7 +3,7 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Maru (XCENA CXL KV pool) helpers: sizes, chunk-size check, connector configs.
+"""Maru (XCENA CXL KV pool) helpers: sizes, chunk-size check, a worker's connector config.
 
 Stdlib only. Sources (xcena-dev/maru @ 4fd29cefdb8498db0a0e9afc1d89eab76642c3d2):
 
@@ -39,9 +39,7 @@ __all__ = [
     "check_chunk_size",
     "worker_extra_config",
     "kv_transfer_config",
-    "connector_configs",
     "lmcache_config",
-    "duplicate_instance_ids",
     "port_listeners",
     "port_clashes",
 ]
@@ -187,63 +185,15 @@ def worker_extra_config(server_url, instance_id, pool_size=DEFAULT_POOL_SIZE, ch
     return extra
 
 
-def kv_transfer_config(extra_config, kv_role="kv_both"):
-    """The full vLLM ``--kv-transfer-config`` dict for MaruKVConnector."""
+def kv_transfer_config(extra_config, kv_role="kv_both", module_path="maru_vllm"):
+    """The full vLLM ``--kv-transfer-config`` dict for MaruKVConnector (``module_path``: upstream's
+    ``maru_vllm`` or the collection's ``kvshare_maru_connector``)."""
     return {
         "kv_connector": "MaruKVConnector",
-        "kv_connector_module_path": "maru_vllm",
+        "kv_connector_module_path": module_path,
         "kv_role": kv_role,
         "kv_connector_extra_config": dict(extra_config),
     }
-
-
-def duplicate_instance_ids(instance_ids):
-    """Sorted list of ids that occur more than once."""
-    seen, dups = set(), set()
-    for iid in instance_ids:
-        if iid in seen:
-            dups.add(iid)
-        seen.add(iid)
-    return sorted(dups)
-
-
-def connector_configs(workers, server_url, defaults=None, id_prefix=""):
-    """Build ``{worker name: {"extra_config": ..., "kv_transfer_config": ...}}`` for a host.
-
-    ``workers``: list of dicts with ``name`` and optional ``instance_id``, ``pool_size``,
-    ``chunk_size``, ``kv_chunk_tokens``, ``eager_map``. ``defaults`` supplies the same keys.
-    The instance id defaults to ``<id_prefix><name>``. Duplicate ids raise MaruConfigError.
-    """
-    defaults = defaults or {}
-    out = {}
-    ids = []
-    for idx, worker in enumerate(workers or []):
-        if not isinstance(worker, dict) or not worker.get("name"):
-            raise MaruConfigError("maru_pool_workers[%d] needs a 'name'" % idx)
-        name = str(worker["name"])
-        if name in out:
-            raise MaruConfigError("maru_pool_workers: worker name %r appears twice" % name)
-
-        def pick(key, fallback):
-            value = worker.get(key)
-            if value is None:
-                value = defaults.get(key)
-            return fallback if value is None else value
-
-        iid = worker.get("instance_id") or "%s%s" % (id_prefix, name)
-        ids.append(iid)
-        extra = worker_extra_config(
-            server_url, iid,
-            pool_size=pick("pool_size", DEFAULT_POOL_SIZE),
-            chunk_size=pick("chunk_size", DEFAULT_CHUNK_SIZE),
-            kv_chunk_tokens=pick("kv_chunk_tokens", DEFAULT_KV_CHUNK_TOKENS),
-            eager_map=pick("eager_map", None),
-        )
-        out[name] = {"extra_config": extra, "kv_transfer_config": kv_transfer_config(extra)}
-    dups = duplicate_instance_ids(ids)
-    if dups:
-        raise MaruConfigError("maru_pool_workers: maru_instance_id must be unique, duplicated: %s" % ", ".join(dups))
-    return out
 
 
 def lmcache_config(server_host, server_port, pool_size_gb, chunk_size=DEFAULT_KV_CHUNK_TOKENS, instance_id=None,

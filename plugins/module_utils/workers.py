@@ -75,10 +75,11 @@ def gpu_order(workers):
     return order
 
 
-def kv_transfer_config(worker):
+def kv_transfer_config(worker, require_connector=True):
     """Return the worker's KV transfer config as a dict (None when absent).
 
-    Raises ValueError when a string config is not a JSON object.
+    Raises ValueError when a string config is not a JSON object, or (``require_connector``) has no
+    kv_connector: a worker that names its pool (kv_pool) writes only what it adds to the pool's.
     """
     cfg = worker.get("kv_transfer_config")
     if cfg in (None, "", {}):
@@ -90,10 +91,16 @@ def kv_transfer_config(worker):
             raise ValueError("is not valid JSON: %s" % exc) from exc
     if not isinstance(cfg, dict):
         raise ValueError("must be a mapping (or a JSON object string)")
-    if "kv_connector" not in cfg:
+    if require_connector and "kv_connector" not in cfg:
         raise ValueError("has no 'kv_connector'")
     json.dumps(cfg)
     return cfg
+
+
+def key_label(host, worker, pos, key):
+    """A worker's key as the inventory writes it: dynamo_workers[<worker name, else index>].<key> on <host>."""
+    name = worker.get("name") if isinstance(worker, dict) else None
+    return "dynamo_workers[%s].%s on %s" % (name if isinstance(name, str) and name else pos, key, host)
 
 
 def _port(value):
@@ -113,7 +120,7 @@ def _port(value):
 WORKER_KEYS = {
     "name": "str", "engine": "str", "model": "str", "served_model_name": "str", "endpoint": "str",
     "system_port": "int", "rpc_port": "int", "gpus": "list", "gpu_memory_utilization": "float",
-    "prefix_caching": "bool", "kv_transfer_config": "raw", "extra_args": "list", "env": "dict",
+    "prefix_caching": "bool", "kv_transfer_config": "raw", "kv_pool": "raw", "extra_args": "list", "env": "dict",
 }
 # What Ansible's bool type accepts (module_utils.parsing.convert_bool).
 _BOOL_TEXT = ("y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f")
@@ -150,9 +157,8 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
         name = worker.get("name")
         label = "worker '%s' on %s" % (name, host) if name else "dynamo_workers[%d] on %s" % (pos, host)
 
-        def where(key, name=name, pos=pos):
-            """The key as the inventory writes it: dynamo_workers[<worker>].<key> on <host>."""
-            return "dynamo_workers[%s].%s on %s" % (name if isinstance(name, str) and name else pos, key, host)
+        def where(key, worker=worker, pos=pos):
+            return key_label(host, worker, pos, key)
 
         for key in sorted(worker):
             if key not in WORKER_KEYS:
@@ -202,7 +208,7 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
                 for gpu in gpu_key(worker):
                     gpu_share.setdefault(gpu, []).append((name, fraction))
         try:
-            cfg = kv_transfer_config(worker)
+            cfg = kv_transfer_config(worker, require_connector=worker.get("kv_pool") is None)
         except ValueError as exc:
             errors.append("%s: kv_transfer_config %s" % (label, exc))
             cfg = None
@@ -322,14 +328,13 @@ def port_requests(workers, bind_address):
     return requests
 
 
-def cluster_worker_errors(host_workers, maru_server_urls=None):
+def cluster_worker_errors(host_workers):
     """Checks across every host's dynamo_workers (the per-host checks are worker_errors).
 
-    ``host_workers`` maps host -> its worker list. A maru_instance_id (MaruKVConnector's
+    ``host_workers`` maps host -> its worker list, as their pools configure them
+    (module_utils.kv_pools). A maru_instance_id (MaruKVConnector's
     ``kv_connector_extra_config.maru_instance_id`` or LMCache's ``extra_config``) must be unique
-    across the deployment: two workers with one id corrupt each other's pool entries. With
-    ``maru_server_urls`` (the Maru pool hosts' server URLs, possibly empty), every
-    MaruKVConnector worker's ``maru_server_url`` must be one of them.
+    across the deployment: two workers with one id corrupt each other's pool entries.
     """
     errors, ids = [], {}
     for host in sorted(host_workers):
@@ -350,19 +355,13 @@ def cluster_worker_errors(host_workers, maru_server_urls=None):
                 continue
             iid = extra.get("maru_instance_id") or (extra.get("extra_config") or {}).get("maru_instance_id")
             label = "worker '%s' on %s" % (worker.get("name"), host)
-            if iid:
-                if str(iid) in ids:
-                    errors.append("%s: kv_transfer_config maru_instance_id '%s' is already used by %s"
-                                  % (label, iid, ids[str(iid)]))
-                else:
-                    ids[str(iid)] = label
-            url = extra.get("maru_server_url")
-            if cfg.get("kv_connector") == "MaruKVConnector" and maru_server_urls is not None:
-                if not url:
-                    errors.append("%s: kv_transfer_config has no maru_server_url" % label)
-                elif url not in maru_server_urls:
-                    errors.append("%s: kv_transfer_config maru_server_url %s is served by no host of group maru_pool "
-                                  "(pool servers: %s)" % (label, url, ", ".join(sorted(maru_server_urls)) or "none"))
+            if not iid:
+                continue
+            if str(iid) in ids:
+                errors.append("%s: maru_instance_id '%s' is already used by %s (set kv_pool.instance_id)"
+                              % (label, iid, ids[str(iid)]))
+            else:
+                ids[str(iid)] = label
     return errors
 
 

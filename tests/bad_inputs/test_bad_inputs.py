@@ -32,17 +32,21 @@ ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbo
 ALLOWED_ACTIONS = {"assert", "set_fact", "debug", "include_role", "include_vars", "validate_argument_spec", "meta"}
 
 
-def _maru_worker(host, name, system_port, rpc_port, fraction=0.3):
+def _maru_worker(name, system_port, rpc_port, fraction=0.3, kv_pool="maru"):
+    """A vLLM worker fed by the Maru pool (kv_pool: the connector settings come from the pool host)."""
     return {
         "name": name, "engine": "vllm", "model": "Qwen/Qwen2.5-0.5B-Instruct", "gpus": ["0"],
         "gpu_memory_utilization": fraction, "system_port": system_port, "rpc_port": rpc_port,
-        "prefix_caching": False,
-        "kv_transfer_config": {
-            "kv_connector": "MaruKVConnector", "kv_connector_module_path": "maru_vllm", "kv_role": "kv_both",
-            "kv_connector_extra_config": {"maru_server_url": "tcp://10.0.0.2:5555", "maru_pool_size": "4G",
-                                          "maru_kv_chunk_tokens": 256, "maru_instance_id": "%s-%s" % (host, name)},
-        },
+        "prefix_caching": False, "kv_pool": kv_pool,
     }
+
+
+# A MaruKVConnector config written by hand, as inventories did before workers named their pool.
+HAND_WRITTEN_MARU = {
+    "kv_connector": "MaruKVConnector", "kv_connector_module_path": "maru_vllm", "kv_role": "kv_both",
+    "kv_connector_extra_config": {"maru_server_url": "tcp://10.0.0.2:5555", "maru_pool_size": "4G",
+                                  "maru_kv_chunk_tokens": 256, "maru_instance_id": "node-2-w0"},
+}
 
 
 def _mocker(name, gpu, system_port, rpc_port):
@@ -56,12 +60,10 @@ def base_maru():
         "hosts": {
             "node-1": {"kvshare_bind_address": "10.0.0.1"},
             "node-2": {"kvshare_bind_address": "10.0.0.2",
-                       "dynamo_workers": [_maru_worker("node-2", "w0", 18081, 19081),
-                                          _maru_worker("node-2", "w1", 18082, 19082)],
+                       "dynamo_workers": [_maru_worker("w0", 18081, 19081), _maru_worker("w1", 18082, 19082)],
                        # Workers on node-3 could use it: Maru binds loopback unless told otherwise.
                        "maru_pool_bind_address": "10.0.0.2",
                        "maru_pool_dedicated_devices": ["dax0.0"],
-                       "maru_pool_workers": [{"name": "w0"}, {"name": "w1"}],
                        "maru_pool_model": {"num_kv_heads": 2, "head_dim": 64, "dtype": "bfloat16"}},
             "node-3": {"kvshare_bind_address": "10.0.0.3",
                        "dynamo_workers": [_mocker("mock-a", "0", 18081, 19081), _mocker("mock-b", "1", 18082, 19082)]},
@@ -88,9 +90,8 @@ def base_kvcr():
                 "kvcr_compatibility_digest": "qwen3-0.6b-example-v1", "kvcr_service_pool_sizes_gb": [2],
                 "dynamo_workers": [{
                     "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"],
-                    "system_port": 9090, "rpc_port": 9190,
-                    "kv_transfer_config": "{{ kvcr_worker_kv_transfer_config }}", "env": "{{ kvcr_worker_env }}",
-                    "extra_args": "{{ kvcr_worker_extra_args + ['--block-size', '64', '--enforce-eager'] }}",
+                    "system_port": 9090, "rpc_port": 9190, "kv_pool": "kvcr",
+                    "extra_args": ["--block-size", "64", "--enforce-eager"],
                 }],
             },
         },
@@ -126,9 +127,11 @@ def worker(host, index, **kwargs):
     return mutate
 
 
-def maru_extra(host, index, **kwargs):
+def no_kv_pool(host, index, **kwargs):
+    """The worker names no pool (and gets ``kwargs`` instead)."""
     def mutate(inv):
-        inv["hosts"][host]["dynamo_workers"][index]["kv_transfer_config"]["kv_connector_extra_config"].update(kwargs)
+        inv["hosts"][host]["dynamo_workers"][index].pop("kv_pool")
+        inv["hosts"][host]["dynamo_workers"][index].update(kwargs)
     return mutate
 
 
@@ -164,8 +167,11 @@ def rollout(playbook):
     return mutate
 
 
-def node3_maru_workers(inv):
-    inv["hosts"]["node-3"]["dynamo_workers"] = [_maru_worker("node-2", "w0", 18081, 19081)]
+def node3_maru_worker(kv_pool):
+    """node-3 runs one Maru worker instead of its mockers, fed by the pool ``kv_pool`` names."""
+    def mutate(inv):
+        inv["hosts"]["node-3"]["dynamo_workers"] = [_maru_worker("w0", 18081, 19081, kv_pool=kv_pool)]
+    return mutate
 
 
 # (id, base, mutation, host the message must name, variables the message must name)
@@ -177,13 +183,13 @@ CASES = [
     ("worker_port_is_frontend_port", "maru", both(group("dynamo_frontend", ["node-3"]),
                                                   hv("node-3", dynamo_frontend_http_port=18082)),
      "node-3", ["system_port 18082", "frontend HTTP port"]),
-    ("dup_maru_instance_id_on_host", "maru", maru_extra("node-2", 1, maru_instance_id="node-2-w0"),
-     "node-2", ["maru_instance_id 'node-2-w0'"]),
-    ("dup_maru_instance_id_across_hosts", "maru",
-     both(node3_maru_workers, group("dynamo_workers", ["node-2", "node-3"])), "node-3", ["maru_instance_id 'node-2-w0'"]),
-    ("dup_maru_pool_instance_id", "maru",
-     hv("node-2", maru_pool_workers=[{"name": "w0", "instance_id": "x"}, {"name": "w1", "instance_id": "x"}]),
-     "node-2", ["maru_pool_workers", "maru_instance_id x"]),
+    ("dup_maru_instance_id_on_host", "maru", worker("node-2", 1, kv_pool={"type": "maru", "instance_id": "node-2-w0"}),
+     "node-2", ["maru_instance_id 'node-2-w0'", "dynamo_workers[w1].kv_pool.instance_id on node-2"]),
+    ("dup_maru_instance_id_across_hosts", "maru", node3_maru_worker({"type": "maru", "instance_id": "node-2-w0"}),
+     "node-3", ["maru_instance_id 'node-2-w0'", "dynamo_workers[w0].kv_pool.instance_id on node-3"]),
+    ("dup_maru_pool_instance_id", "maru", both(worker("node-2", 0, kv_pool={"type": "maru", "instance_id": "x"}),
+                                              worker("node-2", 1, kv_pool={"type": "maru", "instance_id": "x"})),
+     "node-2", ["maru_instance_id 'x'", "dynamo_workers[w1].kv_pool.instance_id"]),
     ("dup_etcd_member_name", "maru", hv("node-2", etcd_member_name="node-1"), "node-2", ["etcd_member_name"]),
     ("dup_etcd_address", "maru", hv("node-3", etcd_address="10.0.0.1"), "node-3", ["etcd_address"]),
     ("etcd_client_port_equals_peer_port", "maru", hv("node-1", etcd_peer_port=2379), "node-1", ["etcd_peer_port"]),
@@ -193,9 +199,26 @@ CASES = [
     ("empty_etcd_group", "maru", group("etcd", []), "node-2", ["etcd_client_endpoints", "'etcd'"]),
     ("workers_without_frontend", "maru", group("dynamo_frontend", []), "node-2", ["dynamo_workers", "no frontend"]),
     ("maru_workers_without_pool_group", "maru", group("maru_pool", None), "node-2",
-     ["maru_server_url tcp://10.0.0.2:5555", "maru_pool"]),
-    ("maru_server_url_not_served", "maru", maru_extra("node-2", 0, maru_server_url="tcp://10.0.0.9:5555"), "node-2",
-     ["maru_server_url tcp://10.0.0.9:5555"]),
+     ["dynamo_workers[w0].kv_pool on node-2", "no host of group maru_pool"]),
+    # a worker names its pool (kv_pool), and the pool must exist and be the one to choose
+    ("kv_pool_names_no_pool_host", "maru", node3_maru_worker({"type": "maru", "host": "node-9"}), "node-3",
+     ["dynamo_workers[w0].kv_pool on node-3", "node-9 is not in group maru_pool"]),
+    ("kv_pool_of_several_pool_hosts", "maru", both(group("maru_pool", ["node-1", "node-2"]), node3_maru_worker("maru")),
+     "node-3", ["dynamo_workers[w0].kv_pool on node-3", "several hosts (node-1, node-2)"]),
+    ("kv_pool_unknown_type", "maru", worker("node-2", 1, kv_pool="nfs"), "node-2",
+     ["dynamo_workers[w1].kv_pool on node-2", "pool type 'nfs' is unknown"]),
+    ("kv_pool_kvcr_off_a_kvcr_host", "maru", worker("node-2", 0, kv_pool="kvcr"), "node-2",
+     ["dynamo_workers[w0].kv_pool on node-2", "not a KVCR host"]),
+    # one source for each connector setting: the pool's are not written again, Maru is not written by hand
+    ("maru_server_url_written_by_hand", "maru",
+     worker("node-2", 0, kv_transfer_config={"kv_connector_extra_config": {"maru_server_url": "tcp://10.0.0.9:5555"}}),
+     "node-2", ["dynamo_workers[w0].kv_transfer_config on node-2", "maru_server_url is set by its pool"]),
+    ("maru_connector_without_kv_pool", "maru", no_kv_pool("node-2", 0, kv_transfer_config=HAND_WRITTEN_MARU), "node-2",
+     ["dynamo_workers[w0].kv_transfer_config on node-2", "kv_pool: maru"]),
+    ("kvcr_worker_without_kv_pool", "kvcr", gv("kvcr", dynamo_workers=[{
+        "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9090,
+        "rpc_port": 9190, "kv_transfer_config": {"kv_connector": "OffloadingConnector", "kv_role": "kv_both"}}]),
+     "gpu-a", ["worker kvcr", "kv_pool: kvcr"]),
     # wrong types (argument specs and preflight)
     ("etcd_client_port_not_int", "maru", hv("node-2", etcd_client_port="twenty"), "node-2", ["etcd_client_port"]),
     ("frontend_port_not_int", "maru", hv("node-1", dynamo_frontend_http_port="http"), "node-1", ["dynamo_frontend_http_port"]),
@@ -203,7 +226,8 @@ CASES = [
     ("worker_gpus_string", "maru", worker("node-3", 0, gpus="0,1"), "node-3",
      ["dynamo_workers[mock-a].gpus", "must be a list of GPU ids"]),
     ("worker_system_port_not_int", "maru", worker("node-3", 0, system_port="metrics"), "node-3", ["system_port"]),
-    ("maru_pool_workers_not_a_list", "maru", hv("node-2", maru_pool_workers="w0"), "node-2", ["maru_pool_workers"]),
+    ("kv_pool_not_a_type_or_mapping", "maru", worker("node-2", 0, kv_pool=["maru"]), "node-2",
+     ["dynamo_workers[w0].kv_pool on node-2", "mapping with `type`"]),
     ("kvcr_slot_not_int", "kvcr", hv("gpu-b", kvcr_cache_slot="one"), "gpu-b", ["kvcr_cache_slot"]),
     ("extra_args_string", "maru", worker("node-3", 0, extra_args="--speedup-ratio 10"), "node-3", ["extra_args"]),
     # unknown engine / router / connector config
@@ -212,7 +236,7 @@ CASES = [
      ["dynamo_frontend_router_mode", "fastest"]),
     ("kv_transfer_config_not_json", "maru", worker("node-2", 0, kv_transfer_config="{kv_connector: Maru"), "node-2",
      ["kv_transfer_config is not valid JSON"]),
-    ("kv_transfer_config_without_connector", "maru", worker("node-2", 1, kv_transfer_config={"kv_role": "kv_both"}),
+    ("kv_transfer_config_without_connector", "maru", no_kv_pool("node-2", 1, kv_transfer_config={"kv_role": "kv_both"}),
      "node-2", ["kv_transfer_config has no 'kv_connector'"]),
     ("connector_on_mocker", "maru", worker("node-3", 0, kv_transfer_config={"kv_connector": "ExampleConnector"}),
      "node-3", ["kv_transfer_config is set but engine mocker"]),
@@ -304,13 +328,11 @@ CASES = [
      ["dynamo_workers[mock-a].rpc_port", "23790", "etcd_client_proxy_port"]),
     ("worker_port_is_default_kvcr_control_port", "kvcr", hv("gpu-b", dynamo_workers=[{
         "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9090,
-        "rpc_port": 23280, "kv_transfer_config": "{{ kvcr_worker_kv_transfer_config }}",
-        "env": "{{ kvcr_worker_env }}", "extra_args": "{{ kvcr_worker_extra_args }}"}]),
+        "rpc_port": 23280, "kv_pool": "kvcr"}]),
      "gpu-b", ["dynamo_workers[kvcr].rpc_port", "23280", "kvcr_control_port"]),
     ("worker_port_is_default_kvcr_agent_port", "kvcr", hv("gpu-a", dynamo_workers=[{
         "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9091,
-        "rpc_port": 9190, "kv_transfer_config": "{{ kvcr_worker_kv_transfer_config }}",
-        "env": "{{ kvcr_worker_env }}", "extra_args": "{{ kvcr_worker_extra_args }}"}]),
+        "rpc_port": 9190, "kv_pool": "kvcr"}]),
      "gpu-a", ["dynamo_workers[kvcr].system_port", "9091", "kvcr_state_agent_system_port"]),
     # one address, two hosts (not only between etcd members)
     ("dup_bind_address", "maru", both(group("etcd", ["node-1"]), hv("node-3", kvshare_bind_address="10.0.0.2")),

@@ -121,7 +121,7 @@ RENDER = """
                + ([{'dest': '/etc/udev/rules.d/70-maru-dax.rules', 'src': '%(maru_pool)s/70-maru-dax.rules.j2'}] if maru_pool_udev_rule | bool else [])
                + ([{'dest': '/etc/udev/rules.d/71-maru-dax-hotplug.rules', 'src': '%(maru_pool)s/71-maru-dax-hotplug.rules.j2'}]
                   if maru_pool_udev_hotplug_hup | bool else [])
-               + ((maru_pool_lmcache_configs | dict2items | map('community.general.dict_kv', 'item')
+               + ((__maru_pool_clients | map('community.general.dict_kv', 'item')
                    | map('combine', {'src': '%(maru_pool)s/lmcache-maru.yaml.j2'}) | list) if maru_pool_connector == 'lmcache' else []))
               if inventory_hostname in groups['maru_pool'] | default([]) else [] }}"
         - "{{ [{'dest': __etcd_config_dir ~ '/etcd.env', 'src': '%(etcd)s/etcd.env.j2'},
@@ -150,9 +150,9 @@ RENDER = """
                   if __kvcr_health_active | bool else []))
               if inventory_hostname in groups['kvcr'] | default([]) else [] }}"
         - "{{ ([{'dest': '/etc/systemd/system/dynamo-worker@.service', 'src': '%(dynamo_worker)s/dynamo-worker@.service.j2'}]
-               + (dynamo_workers | default([]) | map('community.general.dict_kv', 'worker')
+               + (__dynamo_worker_workers | map('community.general.dict_kv', 'worker')
                   | map('combine', {'src': '%(dynamo_worker)s/worker.env.j2'}) | list)
-               + (dynamo_workers | default([]) | map('community.general.dict_kv', 'worker')
+               + (__dynamo_worker_workers | map('community.general.dict_kv', 'worker')
                   | map('combine', {'src': '%(dynamo_worker)s/worker-exec.conf.j2'}) | list))
               if inventory_hostname in groups['dynamo_workers'] | default([]) else [] }}"
       loop_control:
@@ -164,7 +164,7 @@ RENDER = """
       vars:
         dest_of:
           gpu.env.j2: "{{ rdma_ucx_env_dir }}/gpu{{ item.gpu.index | default('') }}.env"
-          lmcache-maru.yaml.j2: "{{ __maru_pool_lmcache_config_dir | default('') }}/{{ item.item.key | default('') }}.yaml"
+          lmcache-maru.yaml.j2: "{{ item.item.lmcache_config_file | default('') }}"
           worker.env.j2: "{{ __dynamo_worker_config_dir | default('') }}/workers/{{ item.worker.name | default('') }}.env"
           worker-exec.conf.j2: "/etc/systemd/system/dynamo-worker@{{ item.worker.name | default('') }}.service.d/10-exec.conf"
         text: "{{ lookup('ansible.builtin.template', item.src, template_vars=item) }}"

@@ -138,10 +138,10 @@ RENDER = """
         - {src: kvcr-health.service.j2, dest: kvcr-health.service}
         - {src: kvcr-health.timer.j2, dest: kvcr-health.timer}
       delegate_to: localhost
-    - name: Dump the exported worker settings
+    - name: Dump the worker as its pool (kv_pool kvcr) configures it for the dynamo_worker role
       ansible.builtin.copy:
-        content: "{{ {'kv': kvcr_worker_kv_transfer_config, 'env': kvcr_worker_env, 'args': kvcr_worker_extra_args,
-          'workers': dynamo_workers} | to_json }}"
+        content: "{{ {'workers': dynamo_workers | kvshare.dynamo.kv_pool_workers(inventory_hostname, hostvars, groups)}
+          | to_json }}"
         dest: "{{ out }}/worker.json"
         mode: "0644"
       delegate_to: localhost
@@ -165,6 +165,12 @@ def render(tmp_path, host_vars=None, **changes):
 
 def read(out, host, name):
     return (out / host / name).read_text()
+
+
+def _settings(worker):
+    """What kv_pool: kvcr gave the worker: its connector, environment and arguments."""
+    assert worker["kv_pool"] == {"type": "kvcr", "host": worker["kv_pool"]["host"]}
+    return {"kv": worker["kv_transfer_config"], "env": worker["env"], "args": worker["extra_args"]}
 
 
 def test_render_memory_service(tmp_path):
@@ -218,8 +224,7 @@ def test_render_memory_service(tmp_path):
     assert "DYN_SYSTEM_USE_ENDPOINT_HEALTH_STATUS" not in env.split("\n", 4)[-1]
     assert "d /dev/shm/kvcr 0700 dynamo dynamo -" in read(out, "gpu-a", "tmpfiles.conf")
 
-    wa = json.loads(read(out, "gpu-a", "worker.json"))
-    wb = json.loads(read(out, "gpu-b", "worker.json"))
+    wa, wb = (_settings(json.loads(read(out, host, "worker.json"))["workers"][0]) for host in ("gpu-a", "gpu-b"))
     owner_a = wa["kv"]["kv_connector_extra_config"]["dynamo_state_agent"]["cache_owner_ids"]["0"]
     owner_b = wb["kv"]["kv_connector_extra_config"]["dynamo_state_agent"]["cache_owner_ids"]["0"]
     assert owner_a.endswith("/" + "0" * 32) and owner_b.endswith("/" + "0" * 31 + "1")
@@ -227,12 +232,10 @@ def test_render_memory_service(tmp_path):
     assert wa["env"]["PYTHONHASHSEED"] == wb["env"]["PYTHONHASHSEED"]
     tier = wb["kv"]["kv_connector_extra_config"]["secondary_tiers"][0]
     assert tier["kvcr_service_socket_path"] == "/run/kvcr/memory.sock" and tier["control_advertise_host"] == "10.0.1.12"
-    # the worker list hands the exported settings to the dynamo_worker role unchanged
-    worker = wb["workers"][0]
-    assert worker["kv_transfer_config"] == wb["kv"] and worker["env"] == wb["env"]
-    assert worker["extra_args"][:2] == ["--kv-events-config",
-                                        '{"enable_kv_cache_events":true,"endpoint":"tcp://*:23080","publisher":"zmq",'
-                                        '"topic":"kv-events"}']
+    # the pool's extra_args first, then the worker's own
+    assert wb["args"] == ["--kv-events-config",
+                          '{"enable_kv_cache_events":true,"endpoint":"tcp://*:23080","publisher":"zmq","topic":"kv-events"}',
+                          "--block-size", "64", "--enforce-eager"]
 
 
 def test_render_process_local(tmp_path):
@@ -242,7 +245,8 @@ def test_render_process_local(tmp_path):
     assert "Wants=kvcr-state-agent.service\nAfter=kvcr-state-agent.service" in bond_a
     # no socket or agent gate on the slot-1 host; the RDMA-only check holds in both variants
     assert '"unix"' not in bond_b and '"http"' not in bond_b and '"env"' in bond_b
-    tier = json.loads(read(out, "gpu-a", "worker.json"))["kv"]["kv_connector_extra_config"]["secondary_tiers"][0]
+    tier = _settings(json.loads(read(out, "gpu-a", "worker.json"))["workers"][0])["kv"]["kv_connector_extra_config"][
+        "secondary_tiers"][0]
     assert tier["secondary_g2_slots"] == 1024 and "kvcr_service_socket_path" not in tier
 
 
@@ -251,9 +255,10 @@ WITHOUT_PREFLIGHT = """
   hosts: gpu-a
   gather_facts: false
   tasks:
-    - name: Dump every KVCR host's worker list, read through hostvars
+    - name: Dump every KVCR host's worker list, read through hostvars, as the workers' pool configures it
       ansible.builtin.copy:
-        content: "{{ dict(groups['kvcr'] | zip(groups['kvcr'] | map('extract', hostvars, 'dynamo_workers'))) | to_json }}"
+        content: "{{ {'gpu-a': hostvars['gpu-a'].dynamo_workers | kvshare.dynamo.kv_pool_workers('gpu-a', hostvars, groups),
+          'gpu-b': hostvars['gpu-b'].dynamo_workers | kvshare.dynamo.kv_pool_workers('gpu-b', hostvars, groups)} | to_json }}"
         dest: "{{ out }}"
         mode: "0644"
       delegate_to: localhost
@@ -261,7 +266,7 @@ WITHOUT_PREFLIGHT = """
 
 
 def test_worker_list_templates_without_the_preflight(tmp_path):
-    # status.yml / verify.yml used to fail: 'kvcr_worker_kv_transfer_config' is undefined
+    # status.yml / verify.yml load no kvcr role: the worker's kv_pool resolves from the host's variables
     play = tmp_path / "read.yml"
     play.write_text(WITHOUT_PREFLIGHT)
     out = tmp_path / "workers.json"

@@ -51,6 +51,7 @@ def test_verify_fails_precisely_when_b_uses_another_pool(tmp_path):
     workers = {h: yaml.safe_load(open(os.path.join(INVENTORY, "host_vars", "%s.yml" % h)))["dynamo_workers"]
                for h in ("sb2", "sb3")}
     moved = json.loads(json.dumps(workers))
+    moved["sb2"][1].pop("kv_pool")  # no longer fed by the Maru pool
     moved["sb2"][1]["kv_transfer_config"] = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",
                                              "kv_connector_extra_config": {"shared_storage_path": "/var/lib/dynamo/elsewhere"}}
     extra = tmp_path / "moved.json"

@@ -11,7 +11,12 @@ import os
 import re
 import sys
 
-from conftest import REPO, address, completion, group, instance_of, wait_for, workers
+from conftest import HOSTVARS, REPO, address, completion, group, instance_of, wait_for, workers
+
+# The collection's module_utils by FQCN: collections/ links to this checkout.
+if os.path.join(REPO, "collections") not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, "collections"))
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools  # noqa: E402
 
 POOL = group("maru_pool")[0]
 SERVER = "tcp://%s:5555" % address(POOL)
@@ -20,7 +25,11 @@ VENV_PY = "/opt/dynamo/venvs/current/bin/python"
 
 
 def _maru_workers():
-    return [(h, w) for h, w in workers() if (w.get("kv_transfer_config") or {}).get("kv_connector") == "MaruKVConnector"]
+    """(host, worker) of every MaruKVConnector worker, as its pool (kv_pool) configures it (from the raw
+    inventory: the connector and maru_instance_id it gets need no templating)."""
+    groups = dict((name, group(name)) for name in ("maru_pool", "dynamo_workers", "kvcr"))
+    resolved = [(h, kv_pools.resolve_workers(h, [w], HOSTVARS, groups)[0]) for h, w in workers()]
+    return [(h, w) for h, w in resolved if (w.get("kv_transfer_config") or {}).get("kv_connector") == "MaruKVConnector"]
 
 
 def test_resource_manager_serves_one_fsdax_pool(hosts):

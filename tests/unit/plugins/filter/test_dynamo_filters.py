@@ -207,3 +207,19 @@ def test_ready_summary_lines():
     assert lines == ["a: registered after 20.0 s, ready after 20.1 s, instance 7669808465864704572",
                      "b: NOT READY (not registered)",
                      "c: left running, registered as instance 42 (no completion needed)"]
+
+
+def test_kv_share_pairs_resolve_the_workers_kv_pool():
+    """verify.yml's pairs come from the workers as their pool configures them (kv_pool: maru)."""
+    hostvars = {"p1": {"maru_pool_bind_address": "10.0.0.1", "dynamo_workers": [
+                    {"name": "a", "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": 1, "kv_pool": "maru"},
+                    {"name": "b", "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": 2, "kv_pool": "maru"}]},
+                "w1": {"dynamo_workers": [{"name": "c", "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": 1,
+                                           "kv_pool": {"type": "maru", "host": "p1"}}]}}
+    groups = {"maru_pool": ["p1"], "dynamo_workers": ["p1", "w1"]}
+    same, cross = f.kv_share_pairs(["p1", "w1"], hostvars, None, groups)
+    assert same["pool"] == cross["pool"] == "maru:tcp://10.0.0.1:5555"
+    assert (same["a"]["worker"]["name"], same["b"]["worker"]["name"], cross["b"]["host"]) == ("a", "b", "w1")
+    assert same["maru_server"] == "tcp://10.0.0.1:5555" and same["a_maru_instance_id"] == "p1-a"
+    # without groups the pool cannot be found: the workers count as written (no pool)
+    assert f.kv_share_pairs(["p1", "w1"], hostvars) == []

@@ -26,3 +26,10 @@ def test_summary_rows_frontend_and_next_steps():
 def test_summary_without_frontend_or_workers():
     lines = stack_summary({}, {})
     assert lines[1] == "frontend: none in this inventory" and lines[2].startswith("workers: 0 on 0 host(s)")
+
+
+def test_summary_shows_the_pool_a_worker_names():
+    hostvars = {"p1": {"maru_pool_bind_address": "10.0.0.1", "dynamo_workers": [
+        {"name": "a", "engine": "vllm", "model": "m1", "gpus": ["0"], "system_port": 1, "kv_pool": "maru"}]}}
+    lines = stack_summary({"dynamo_workers": ["p1"], "maru_pool": ["p1"]}, hostvars)
+    assert [line.split()[-2:] for line in lines if line.startswith("p1 ")] == [["maru", "tcp://10.0.0.1:5555"]]

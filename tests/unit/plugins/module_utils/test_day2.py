@@ -60,6 +60,11 @@ def test_prometheus_targets_labels():
     assert [g["targets"][0] for g in out["etcd"]] == ["10.0.0.1:2379", "10.0.0.2:2379"]
     assert out["maru"] == []
     assert day2.prometheus_targets(hostvars, groups, maru_metrics_port=9100)["maru"][0]["targets"] == ["10.0.0.2:9100"]
+    # a worker that names its pool is labelled with the pool it resolves to
+    hostvars["g1"]["maru_pool_bind_address"] = "10.0.0.2"
+    hostvars["g1"]["dynamo_workers"][0] = dict(hostvars["g1"]["dynamo_workers"][0], kv_pool="maru")
+    del hostvars["g1"]["dynamo_workers"][0]["kv_transfer_config"]
+    assert day2.prometheus_targets(hostvars, groups)["dynamo-worker"][0]["labels"]["pool"] == "maru:tcp://10.0.0.2:5555"
 
 
 def test_hit_rate_from_real_vllm_metrics_and_mocker():

@@ -162,14 +162,20 @@ def test_worker_env_and_service_argv():
 
 def test_worker_errors():
     cfg = kvcr.kv_transfer_config("memory_service", 0, 2, "10.0.1.11", OPTS)
-    good = {"name": "kvcr", "engine": "vllm", "gpus": ["0"], "kv_transfer_config": cfg,
+    pool = {"type": "kvcr", "host": "g0"}  # the worker as its pool configures it (module_utils.kv_pools)
+    good = {"name": "kvcr", "engine": "vllm", "gpus": ["0"], "kv_transfer_config": cfg, "kv_pool": pool,
             "extra_args": ["--kv-events-config", "{}"]}
     assert kvcr.worker_errors(good, cfg, "memory_service") == []
     bad = dict(good, prefix_caching=False, gpus=[], kv_transfer_config={"kv_connector": "X"}, extra_args=[])
     assert len(kvcr.worker_errors(bad, cfg, "memory_service")) == 4
-    mock = {"name": "kvcr", "engine": "mocker"}
+    mock = {"name": "kvcr", "engine": "mocker", "kv_pool": pool}
     assert kvcr.worker_errors(mock, cfg, "memory_service", require_hardware=False) == []
     assert "engine must be vllm" in kvcr.worker_errors(mock, cfg, "memory_service")[0]
+    # the worker names its pool: the connector is never hand-written
+    for worker in (dict(good, kv_pool=None), dict(good, kv_pool={"type": "maru", "host": "g0"})):
+        assert kvcr.worker_errors(worker, cfg, "memory_service") == [
+            "worker kvcr: must name its pool, kv_pool: kvcr (its kv_transfer_config, env and --kv-events-config come "
+            "from this host's KVCR slot)"]
 
 
 # ---------------------------------------------------------------- Guard-recovery metrics

@@ -100,37 +100,10 @@ def test_kv_transfer_config_shape():
     cfg = m.kv_transfer_config(extra)
     assert cfg["kv_connector"] == "MaruKVConnector"
     assert cfg["kv_connector_module_path"] == "maru_vllm"
+    assert m.kv_transfer_config(extra, module_path="kvshare_maru_connector")["kv_connector_module_path"] == \
+        "kvshare_maru_connector"
     assert cfg["kv_role"] == "kv_both"
     assert cfg["kv_connector_extra_config"] == extra
-
-
-def test_connector_configs_defaults_prefix_and_overrides():
-    out = m.connector_configs(
-        [{"name": "w0"}, {"name": "w1", "pool_size": "8G", "instance_id": "custom"}],
-        "tcp://127.0.30.1:5555", defaults={"pool_size": "4G", "chunk_size": "4M", "kv_chunk_tokens": 256},
-        id_prefix="host1-")
-    assert out["w0"]["extra_config"]["maru_instance_id"] == "host1-w0"
-    assert out["w0"]["extra_config"]["maru_pool_size"] == "4G"
-    assert out["w1"]["extra_config"]["maru_instance_id"] == "custom"
-    assert out["w1"]["extra_config"]["maru_pool_size"] == "8G"
-    assert out["w1"]["kv_transfer_config"]["kv_connector_extra_config"]["maru_pool_size"] == "8G"
-
-
-def test_connector_configs_duplicate_instance_id():
-    with pytest.raises(m.MaruConfigError, match="maru_instance_id must be unique.*same"):
-        m.connector_configs([{"name": "a", "instance_id": "same"}, {"name": "b", "instance_id": "same"}], "tcp://x:1")
-
-
-def test_connector_configs_needs_names():
-    with pytest.raises(m.MaruConfigError, match=r"maru_pool_workers\[0\]"):
-        m.connector_configs([{"instance_id": "x"}], "tcp://x:1")
-    with pytest.raises(m.MaruConfigError, match="appears twice"):
-        m.connector_configs([{"name": "a"}, {"name": "a", "instance_id": "z"}], "tcp://x:1")
-
-
-def test_duplicate_instance_ids():
-    assert m.duplicate_instance_ids(["a", "b", "a", "c", "b"]) == ["a", "b"]
-    assert m.duplicate_instance_ids([]) == []
 
 
 def test_lmcache_config():

@@ -18,15 +18,24 @@ def test_port_requests_name_variable_and_unit():
 
 def test_duplicate_instance_id_across_hosts_names_both():
     errs = w.cluster_worker_errors({"a": [maru("w0", "x")], "b": [maru("w1", "x")]})
-    assert errs == ["worker 'w1' on b: kv_transfer_config maru_instance_id 'x' is already used by worker 'w0' on a"]
+    assert errs == ["worker 'w1' on b: maru_instance_id 'x' is already used by worker 'w0' on a (set kv_pool.instance_id)"]
+    # two pools, one id: still refused (ids are unique across the deployment)
+    errs = w.cluster_worker_errors({"a": [maru("w0", "x")], "b": [maru("w1", "x", "tcp://10.0.0.3:5555")]})
+    assert len(errs) == 1
 
 
-def test_maru_server_url_must_be_served_by_a_pool_host():
-    assert w.cluster_worker_errors({"a": [maru("w0", "x")]}, ["tcp://10.0.0.2:5555"]) == []
-    errs = w.cluster_worker_errors({"a": [maru("w0", "x", "tcp://10.0.0.9:5555")]}, [])
-    assert errs == ["worker 'w0' on a: kv_transfer_config maru_server_url tcp://10.0.0.9:5555 is served by no host "
-                    "of group maru_pool (pool servers: none)"]
-    assert w.cluster_worker_errors({"a": [maru("w0", "x", "tcp://10.0.0.9:5555")]}, None) == []  # no URL check
+def test_key_label_names_the_worker_or_its_index():
+    assert w.key_label("h", {"name": "w0"}, 3, "kv_pool") == "dynamo_workers[w0].kv_pool on h"
+    assert w.key_label("h", {}, 3, "kv_pool") == "dynamo_workers[3].kv_pool on h"
+    assert w.key_label("h", "oops", 1, "gpus") == "dynamo_workers[1].gpus on h"
+
+
+def test_worker_errors_accept_a_partial_config_with_kv_pool():
+    worker = {"name": "w0", "engine": "vllm", "model": "m", "gpus": ["0"], "system_port": 1, "kv_pool": "maru",
+              "kv_transfer_config": {"kv_role": "kv_producer"}}
+    assert w.worker_errors([worker], "h", ["fe"]) == []
+    worker.pop("kv_pool")
+    assert w.worker_errors([worker], "h", ["fe"]) == ["worker 'w0' on h: kv_transfer_config has no 'kv_connector'"]
 
 
 def test_malformed_entries_left_to_worker_errors():

@@ -1,0 +1,48 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
+"""Filters for the workers' KV pools (kvshare.dynamo.kv_pool_*); logic in plugins/module_utils/kv_pools.py."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
+
+
+def kv_pool_workers(workers, host, hostvars, groups):
+    """``host``'s workers, each that names a pool (kv_pool) with what the pool gives it."""
+    try:
+        return _kv_pools.resolve_workers(host, list(workers or []), hostvars, groups)
+    except _kv_pools.PoolError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def kv_pool_errors(workers, host, hostvars, groups):
+    """Why the pools ``host``'s workers name do not resolve, or what they set twice (empty when fine)."""
+    return _kv_pools.pool_errors(host, workers, hostvars, groups)
+
+
+def kv_pool_clients(pool_host, hostvars, groups):
+    """The workers of every host that the Maru pool on ``pool_host`` feeds."""
+    try:
+        return _kv_pools.pool_clients(pool_host, hostvars, groups)
+    except _kv_pools.PoolError as exc:
+        raise AnsibleFilterError("kv_pool_clients of %s: %s" % (pool_host, exc)) from exc
+
+
+def kv_pool_client_errors(clients, pool_defaults, model=None):
+    """Size, per-layer chunk and instance id checks of a Maru pool's workers."""
+    return _kv_pools.client_errors(list(clients or []), dict(pool_defaults or {}), model)
+
+
+class FilterModule:
+    """kvshare.dynamo KV pool filters."""
+
+    def filters(self):
+        return {
+            "kv_pool_workers": kv_pool_workers,
+            "kv_pool_errors": kv_pool_errors,
+            "kv_pool_clients": kv_pool_clients,
+            "kv_pool_client_errors": kv_pool_client_errors,
+        }
