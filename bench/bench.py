@@ -34,7 +34,7 @@ POLL = 0.1
 # The sandbox: KVSHARE_INVENTORY, else inventories/sandbox (tests/lib/sandbox.py); /health answers
 # within 10 s, a completion within 30 s.
 SB = Sandbox(health_timeout=10, request_timeout=30)
-INVENTORY, INV, HV = SB.inventory, SB.data, SB.hostvars
+HV = SB.hostvars
 FRONTEND, FRONTEND_URL = SB.frontend, SB.frontend_url
 WORKER_HOSTS = SB.group("dynamo_workers")
 ssh = SB.ssh
