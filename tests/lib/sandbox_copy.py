@@ -108,7 +108,8 @@ def make_copy(base, subnet, prefix, mockers_only=False, extra_hosts=0, extra_wor
     groups = inv["all"]["children"]
     sandbox_hosts = groups["sandbox"]["hosts"]
     hv = os.path.join(dest, "host_vars")
-    # Addresses written in host_vars (the Maru server URL of the workers) move with the hosts.
+    # Any address written in host_vars moves with the hosts (since kv_pool only comments have one;
+    # an address added later must not point a copy at the main sandbox).
     for name in os.listdir(hv):
         _replace(os.path.join(hv, name), SANDBOX_SUBNET, subnet)
     if mockers_only or extra_hosts:
