@@ -215,8 +215,8 @@ class Sandbox:
             name = log or os.path.basename(next((a for a in args if a.endswith(".yml")), "run")).replace(".yml", "")
             os.makedirs(self.log_dir, exist_ok=True)
             with open(os.path.join(self.log_dir, "%02d-%s.log" % (self._runs, name)), "w") as handle:
-                handle.write("# ansible-playbook %s\n# rc=%d, %.1f s\n%s%s" % (" ".join(args), res.returncode, took,
-                                                                          res.stdout, res.stderr))
+                handle.write("# ansible-playbook %s\n# rc=%d, %.1f s\n%s%s"
+                             % (" ".join(args), res.returncode, took, res.stdout, res.stderr))
         return res, took
 
     def popen_playbook(self, *args, env=None):

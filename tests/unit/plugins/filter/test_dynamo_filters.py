@@ -211,11 +211,12 @@ def test_ready_summary_lines():
 
 def test_kv_share_pairs_resolve_the_workers_kv_pool():
     """verify.yml's pairs come from the workers as their pool configures them (kv_pool: maru)."""
-    hostvars = {"p1": {"maru_pool_bind_address": "10.0.0.1", "dynamo_workers": [
-                    {"name": "a", "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": 1, "kv_pool": "maru"},
-                    {"name": "b", "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": 2, "kv_pool": "maru"}]},
-                "w1": {"dynamo_workers": [{"name": "c", "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": 1,
-                                           "kv_pool": {"type": "maru", "host": "p1"}}]}}
+    def vllm(name, port, **fields):
+        return dict({"name": name, "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": port}, **fields)
+
+    hostvars = {"p1": {"maru_pool_bind_address": "10.0.0.1",
+                       "dynamo_workers": [vllm("a", 1, kv_pool="maru"), vllm("b", 2, kv_pool="maru")]},
+                "w1": {"dynamo_workers": [vllm("c", 1, kv_pool={"type": "maru", "host": "p1"})]}}
     groups = {"maru_pool": ["p1"], "dynamo_workers": ["p1", "w1"]}
     same, cross = f.kv_share_pairs(["p1", "w1"], hostvars, None, groups)
     assert same["pool"] == cross["pool"] == "maru:tcp://10.0.0.1:5555"

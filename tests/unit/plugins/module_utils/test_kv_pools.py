@@ -213,9 +213,8 @@ def test_pool_errors_name_the_workers_kv_pool(kv_pool, message):
 
 def test_pool_errors_refuse_settings_written_twice():
     hostvars, groups = cluster(p1=[])
-    worker = vllm("a", kv_transfer_config={"kv_connector_extra_config": {"maru_server_url": "tcp://10.9.9.9:5555",
-                                                                         "maru_pool_size": "1G"}},
-                   env={"X": "1"})
+    extra = {"maru_server_url": "tcp://10.9.9.9:5555", "maru_pool_size": "1G"}
+    worker = vllm("a", kv_transfer_config={"kv_connector_extra_config": extra}, env={"X": "1"})
     assert kp.pool_errors("p1", [worker], hostvars, groups) == [
         "dynamo_workers[a].kv_transfer_config on p1: kv_connector_extra_config.maru_pool_size is set by its pool "
         "(kv_pool: maru on p1); set it per worker as kv_pool.pool_size",
