@@ -11,7 +11,7 @@ nothing is gathered, host probes are skipped). A case passes when
 The base inventories themselves must pass (test_base_inventory_is_valid), so each failure is the
 mutation's. A few cases run a rollout (site.yml, upgrade.yml) with the offline flag instead: it must
 refuse the flag in its validation play, before anything else runs. The cases run as many at a time
-as there are CPUs (2-6; one ansible-playbook each); conftest.py prints
+as there are CPUs (2-6; one ansible-playbook each) or KVSHARE_BAD_INPUT_JOBS; conftest.py prints
 "bad inputs rejected N/N".
 """
 import concurrent.futures
@@ -376,6 +376,132 @@ CASES = [
 ]
 
 
+# The validation task each case must fail in (the only failed task of its run; check_name: the role
+# without the collection's name, an argument-spec check without its description). Several cases
+# share a check, each breaking it another way: `KVSHARE_BAD_INPUTS=checks` runs the first case of
+# each check (CI, beside the molecule scenario: every check the suite reaches, proven once), the
+# default `all` every case.
+CHECK_OF = {
+    "dup_worker_name": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "dup_worker_system_port": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "dup_worker_rpc_port": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "worker_port_is_frontend_port": "dynamo_worker : Check the worker list",
+    "dup_maru_instance_id_on_host": "maru_pool : Preflight | Check the pool's workers (sizes, the per-layer chunk size, unique maru_instance_id)",
+    "dup_maru_instance_id_across_hosts": "maru_pool : Preflight | Check the pool's workers (sizes, the per-layer chunk size, unique maru_instance_id)",
+    "dup_maru_pool_instance_id": "maru_pool : Preflight | Check the pool's workers (sizes, the per-layer chunk size, unique maru_instance_id)",
+    "dup_etcd_member_name": "etcd : Check that member names and endpoints are unique",
+    "dup_etcd_address": "etcd : Check that member names and endpoints are unique",
+    "etcd_client_port_equals_peer_port": "etcd : Check this member's ports and address",
+    "dup_kvcr_slot": "kvcr : Check the KVCR deployment across hosts (slots, nodes, digest, router mode)",
+    "no_etcd_group": "etcd_client : Check that etcd endpoints are known",
+    "empty_etcd_group": "etcd_client : Check that etcd endpoints are known",
+    "workers_without_frontend": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "maru_workers_without_pool_group": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "kv_pool_names_no_pool_host": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "kv_pool_of_several_pool_hosts": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "kv_pool_unknown_type": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "kv_pool_kvcr_off_a_kvcr_host": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "maru_server_url_written_by_hand": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "maru_connector_without_kv_pool": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "kvcr_worker_without_kv_pool": "kvcr : Check this host's KVCR worker",
+    "etcd_client_port_not_int": "etcd : Validating arguments against arg spec 'preflight'",
+    "frontend_port_not_int": "dynamo_frontend : Validating arguments against arg spec 'preflight'",
+    "dynamo_workers_not_a_list": "Check the host's worker list is a list of mappings (dynamo_workers, read by several roles)",
+    "worker_gpus_string": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "worker_system_port_not_int": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "kv_pool_not_a_type_or_mapping": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "kvcr_slot_not_int": "kvcr : Validating arguments against arg spec 'preflight'",
+    "extra_args_string": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "unknown_engine": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "unknown_router_mode": "dynamo_frontend : Validating arguments against arg spec 'preflight'",
+    "kv_transfer_config_not_json": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "kv_transfer_config_without_connector": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "connector_on_mocker": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "unknown_discovery_backend": "dynamo_worker : Validating arguments against arg spec 'preflight'",
+    "unknown_kvcr_variant": "kvcr : Validating arguments against arg spec 'preflight'",
+    "kvcr_router_mode_not_kv": "kvcr : Check the KVCR deployment across hosts (slots, nodes, digest, router mode)",
+    "gpu_memory_fraction_above_1": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "gpu_memory_fraction_zero": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "gpu_memory_sum_above_1": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "port_out_of_range": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "kvcr_slot_out_of_range": "kvcr : Check the KVCR deployment across hosts (slots, nodes, digest, router mode)",
+    "frontend_ready_delay_too_long": "dynamo_frontend : Check the frontend inputs",
+    "bind_address_not_ipv4": "Check the host's address (kvshare_bind_address)",
+    "bind_address_hostname": "Check the host's address (kvshare_bind_address)",
+    "bind_address_missing_offline": "Check that every host has its address in the inventory (offline validation)",
+    "frontend_on_all_addresses": "dynamo_frontend : Check the frontend inputs",
+    "workers_on_all_addresses": "dynamo_worker : Check the worker settings",
+    "etcd_address_not_ipv4": "etcd : Check this member's ports and address",
+    "kvcr_advertise_loopback": "kvcr : Check this host's KVCR worker",
+    "etcd_tarball_without_sha256": "etcd : Check the tarball inputs",
+    "etcd_tarball_without_url": "etcd : Check the tarball inputs",
+    "etcd_client_ca_missing": "etcd_client : Check that the client matches the members (cluster name, TLS, the CA on the controller)",
+    "etcd_client_tls_mismatch": "etcd_client : Check that the client matches the members (cluster name, TLS, the CA on the controller)",
+    "etcd_client_cluster_name_mismatch": "etcd_client : Check that the client matches the members (cluster name, TLS, the CA on the controller)",
+    "offline_pip_without_wheelhouse": "dynamo_runtime : Check the install source",
+    "unknown_pip_index": "dynamo_runtime : Validating arguments against arg spec 'preflight'",
+    "maru_artifacts_without_dir": "maru_pool : Preflight | Check the install method has its source",
+    "maru_chunk_too_small": "maru_pool : Preflight | Check the pool's workers (sizes, the per-layer chunk size, unique maru_instance_id)",
+    "rdma_bw_test_without_server": "rdma_ucx : Check that the toggles agree",
+    "rdma_clear_acs_without_hardware": "rdma_ucx : Check that the toggles agree",
+    "rdma_peermem_not_a_choice": "rdma_ucx : Check the static inputs",
+    "rdma_tls_without_cuda": "rdma_ucx : Check that UCX_TLS carries a CUDA transport when GPU buffers are used",
+    "kvcr_memory_service_without_digest": "kvcr : Check the KVCR deployment across hosts (slots, nodes, digest, router mode)",
+    "kvcr_worker_missing": "kvcr : Check this host's KVCR worker",
+    "kvcr_worker_without_rdma_transport": "kvcr : Check that the KVCR worker's GPUs move KV over RDMA only (UCX_NET_DEVICES, UCX_TLS=rc_x,cuda)",
+    "worker_env_sets_dyn_connector": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "etcd_proxy_not_loopback": "etcd_client : Check the local proxy's address and port",
+    "etcd_proxy_address_not_in_member_certs": "etcd_client : Check that the member certificates name the proxy address",
+    "etcd_proxy_port_wrong_type": "etcd_client : Validating arguments against arg spec 'preflight'",
+    "worker_port_is_default_frontend_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "worker_port_is_default_etcd_client_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "worker_port_is_default_etcd_peer_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "worker_port_is_default_maru_rm_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "worker_port_is_default_maru_server_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "worker_port_is_default_etcd_proxy_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "worker_port_is_default_kvcr_control_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "worker_port_is_default_kvcr_agent_port": "Check that no worker port is one another service of the host listens on (defaults included)",
+    "dup_bind_address": "Check that no other host has the host's address (kvshare_bind_address)",
+    "vllm_worker_gpus_empty": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "vllm_worker_without_gpus": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "worker_system_port_not_a_number": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "worker_prefix_caching_not_bool": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "offline_flag_in_site": "Refuse offline validation in a rollout (kvshare_validate_offline is for validate.yml alone)",
+    "offline_flag_in_upgrade": "Refuse offline validation in a rollout (kvshare_validate_offline is for validate.yml alone)",
+    "firewall_extra_port_out_of_range": "firewall : Check the ports and sources of this host's table",
+    "firewall_extra_port_unknown_proto": "firewall : Validating arguments against arg spec 'preflight'",
+    "firewall_frontend_source_bad_cidr": "firewall : Check the ports and sources of this host's table",
+    "firewall_ssh_sources_string": "firewall : Check the ports and sources of this host's table",
+    "firewall_ssh_port_not_int": "firewall : Validating arguments against arg spec 'preflight'",
+    "firewall_drop_without_ssh_sources": "firewall : Check the ports and sources of this host's table",
+    "firewall_policy_unknown": "firewall : Validating arguments against arg spec 'preflight'",
+    "firewall_dynamic_range_reversed": "firewall : Check the ports and sources of this host's table",
+}
+
+
+
+def check_name(task):
+    """A task's name as CHECK_OF writes it."""
+    name = task[len("kvshare.dynamo."):] if task.startswith("kvshare.dynamo.") else task
+    return name.split("' - ", 1)[0] + "'" if "Validating arguments against arg spec '" in name else name
+
+
+def selected_cases():
+    """The cases this run proves: all (default) or, KVSHARE_BAD_INPUTS=checks, the first of each check."""
+    which = os.environ.get("KVSHARE_BAD_INPUTS", "all")
+    if which not in ("all", "checks"):
+        raise ValueError("KVSHARE_BAD_INPUTS=%s: all or checks" % which)
+    if which == "all":
+        return list(CASES)
+    first = {}
+    for case in CASES:
+        first.setdefault(CHECK_OF[case[0]], case)
+    return [c for c in CASES if first[CHECK_OF[c[0]]] is c]
+
+
+SELECTED = selected_cases()
+
+
 def run_case(base, mutation, workdir):
     inv = copy.deepcopy(BASES[base]())
     if mutation is not None:
@@ -400,13 +526,18 @@ def run_case(base, mutation, workdir):
 _RESULTS = {}
 
 
+def _jobs():
+    """Cases at a time: KVSHARE_BAD_INPUT_JOBS (CI: 1, beside the molecule scenario), else one per CPU (2-6)."""
+    return int(os.environ.get("KVSHARE_BAD_INPUT_JOBS") or max(2, min(6, os.cpu_count() or 2)))
+
+
 @pytest.fixture(scope="module")
 def results():
     """Run every case (and both bases) once, one ansible-playbook each, a few at a time."""
     if not _RESULTS:
-        jobs = [("base_" + b, b, None) for b in BASES] + [(c[0], c[1], c[2]) for c in CASES]
+        jobs = [("base_" + b, b, None) for b in BASES] + [(c[0], c[1], c[2]) for c in SELECTED]
         with tempfile.TemporaryDirectory(prefix="kvshare-bad-inputs-") as tmp:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=max(2, min(6, os.cpu_count() or 2))) as pool:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs()) as pool:
                 futures = {}
                 for case_id, base, mutation in jobs:
                     workdir = os.path.join(tmp, case_id)
@@ -446,17 +577,21 @@ def test_base_inventory_is_valid(results, base):
     assert result["rc"] == 0 and not failures, failures or result["stderr"][-3000:]
 
 
-def test_at_least_25_cases():
+def test_at_least_25_cases_each_with_its_check():
     ids = [c[0] for c in CASES]
     assert len(ids) == len(set(ids)) and len(ids) >= 25
+    assert sorted(CHECK_OF) == sorted(ids)
 
 
-@pytest.mark.parametrize("case_id,base,mutation,host,needles", CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize("case_id,base,mutation,host,needles", SELECTED, ids=[c[0] for c in SELECTED])
 def test_bad_input_rejected(results, case_id, base, mutation, host, needles):
     result = results[case_id]
     failures = audit(result)
     assert result["rc"] != 0, "%s: validate.yml passed an invalid inventory" % case_id
     assert failures, "%s: rc=%s but no failed task: %s" % (case_id, result["rc"], result["stderr"][-2000:])
+    # It fails in the check it is written for, not in an earlier one that happens to name the host.
+    failed_in = sorted({check_name(f[1]) for f in failures})
+    assert failed_in == [CHECK_OF[case_id]], "%s: failed in %s, expected %r" % (case_id, failed_in, CHECK_OF[case_id])
     # The failure names the offending host (in its message, or as the failed host of an argument
     # spec check) and every needle (variable names).
     named = [f for f in failures if host in f[2] or (f[0] == host and "argument" in f[2].lower())]
