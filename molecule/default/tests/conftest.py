@@ -33,3 +33,23 @@ def ansible_playbook(*args, timeout=1200):
 @pytest.fixture(scope="session")
 def hosts():
     return {h: ssh_host(h) for h in group("sandbox")}
+
+
+# KVSHARE_VERIFY_CHECKS: steady (CI: the checks that leave every service running), disruptive (the
+# ones that restart etcd members, maru-server or vLLM engines; ./dev.sh faults-here) or all (default,
+# `molecule test`).
+_CHECKS = os.environ.get("KVSHARE_VERIFY_CHECKS", "all")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "disruptive: restarts services of the converged stack (not in CI's verify)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if _CHECKS not in ("steady", "disruptive", "all"):
+        raise pytest.UsageError("KVSHARE_VERIFY_CHECKS=%s: one of steady, disruptive, all" % _CHECKS)
+    if _CHECKS == "all":
+        return
+    keep = [i for i in items if (i.get_closest_marker("disruptive") is not None) == (_CHECKS == "disruptive")]
+    config.hook.pytest_deselected(items=[i for i in items if i not in keep])
+    items[:] = keep

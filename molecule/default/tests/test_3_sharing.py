@@ -7,6 +7,7 @@ and fails precisely when the pool is not shared or its data is not what A stored
 import json
 import os
 
+import pytest
 import yaml
 
 from conftest import HOSTVARS, INVENTORY, address, ansible_playbook
@@ -45,6 +46,7 @@ def test_verify_proves_sharing_through_the_pool(tmp_path):
     assert "B hit rate" in res.stdout and "passed" in res.stdout
 
 
+@pytest.mark.disruptive
 def test_verify_fails_precisely_when_b_uses_another_pool(tmp_path):
     """Point worker B at another pool (vLLM's ExampleConnector on a directory of its own: a real
     reconfiguration and restart), then restore."""

@@ -5,13 +5,16 @@
 """etcd configuration changes roll the members one at a time, each after a snapshot.
 
 The faults (a killed worker, a restarted frontend, an etcd member down, the whole cluster
-restarted, ...) are the fault suite's (tests/faults), which CI runs on these same hosts right
-after this scenario's checks (dev.sh test)."""
+restarted, ...) are the fault suite's (tests/faults), run on these same hosts by
+`./dev.sh faults-here` after this scenario's disruptive checks (this one among them)."""
+import pytest
+
 from conftest import ansible_playbook, group
 
 ETCDCTL = "set -a; . /etc/etcd/etcdctl.env; set +a; etcdctl "
 
 
+@pytest.mark.disruptive
 def test_config_change_restarts_members_one_at_a_time_after_a_snapshot(hosts):
     members = group("etcd")
 

@@ -11,6 +11,8 @@ import os
 import re
 import sys
 
+import pytest
+
 from conftest import HOSTVARS, REPO, address, completion, group, instance_of, wait_for, workers
 
 # The collection's module_utils by FQCN: collections/ links to this checkout.
@@ -54,16 +56,24 @@ def test_connector_layout_against_vllm_in_the_worker_venv(hosts):
     assert res.rc == 0 and "5 passed, 0 failed" in res.stdout, res.stdout[-2000:] + res.stderr[-2000:]
 
 
-def test_workers_wait_for_the_pool_and_local_ones_follow_its_restarts(hosts):
+def test_workers_wait_for_the_pool_and_local_ones_are_part_of_it(hosts):
+    """Every Maru worker waits for maru-server before it starts; the ones on the pool's host are
+    PartOf it (systemd restarts them with it, with or without Ansible)."""
     maru = _maru_workers()
     assert {h for h, dummy in maru} == {POOL, "sb3"}, maru
-    local = [w["name"] for h, w in maru if h == POOL]
     for host, w in maru:
         unit = "dynamo-worker@%s" % w["name"]
         pre = hosts[host].check_output("systemctl show -p ExecStartPre --value %s" % unit)
         assert "kvshare_maru_connector wait %s" % SERVER in pre.replace(" ;", "").replace("argv[]=", ""), pre
         part_of = hosts[host].check_output("systemctl show -p PartOf --value %s" % unit).split()
         assert ("maru-server.service" in part_of) == (host == POOL), (host, part_of)
+
+
+@pytest.mark.disruptive
+def test_local_workers_follow_the_pool_restarts(hosts):
+    maru = _maru_workers()
+    local = [w["name"] for h, w in maru if h == POOL]
+    assert local, maru
     h = hosts[POOL]
     pids = {n: h.check_output("systemctl show -p MainPID --value dynamo-worker@%s" % n) for n in local}
     h.check_output("systemctl restart maru-server")
