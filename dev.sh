@@ -5,7 +5,7 @@
 #                      lint, pytest, collection build, molecule (create, converge, idempotence, verify,
 #                      then the hosts are removed)
 # Other targets: bootstrap, link, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
-# molecule, verify, bench (after sandbox), faults (own sandbox copy), faults-here (on the molecule
+# molecule, bad_inputs, verify, bench (after sandbox), faults (own sandbox copy), faults-here (on the molecule
 # hosts, after `molecule converge`), day2, destroy.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -62,13 +62,22 @@ lint() {
   ANSIBLE_HOME="$REPO/.ansible" ansible-lint --offline -q
 }
 
-# Two xdist workers, whole files each (the bad-input suite shares one run of its cases): most tests
-# wait on single-threaded ansible-playbook runs.
+# Two xdist workers, whole files each: most tests wait on single-threaded ansible-playbook runs.
+# The bad-input suite is its own step (bad_inputs below).
 unit() {
   echo "== pytest (unit and playbook-logic tests; ${KVSHARE_PYTEST_WORKERS:-2} workers)"
-  python -m pytest -q -n "${KVSHARE_PYTEST_WORKERS:-2}" --dist loadfile --durations=20 tests
+  python -m pytest -q -n "${KVSHARE_PYTEST_WORKERS:-2}" --dist loadfile --durations=20 tests \
+    --ignore=tests/bad_inputs
   echo "== playbook coverage"
   python tests/playbook_coverage.py
+}
+
+# Every invalid inventory of tests/bad_inputs refused by validate.yml before any host changes: one
+# ansible-playbook per case, KVSHARE_BAD_INPUT_JOBS at a time (default: one per CPU, 2-6); with
+# KVSHARE_BAD_INPUTS=checks (CI) the first case of each check only.
+bad_inputs() {
+  echo "== bad-input suite (${KVSHARE_BAD_INPUT_JOBS:-one per CPU} at a time)"
+  python -m pytest -q -p no:cacheprovider tests/bad_inputs
 }
 
 # A throwaway DEST/ansible_collections/kvshare/dynamo, the path ansible-test and antsibull-docs need:
@@ -160,10 +169,12 @@ molecule_keep() {
 
 # CI after molecule_create_bg: the scenario's sequence on the hosts created meanwhile, less its
 # `check` step (site.yml --check on the fresh hosts, about 5 minutes: `./dev.sh molecule` runs it;
-# the testinfra checks run --check on the converged stack).
+# the testinfra checks run --check on the converged stack) and less the checks marked disruptive
+# (they restart etcd, Maru and vLLM engines: `./dev.sh molecule` and `./dev.sh faults-here` run them).
 molecule_rest() {
-  echo "== molecule syntax, converge, idempotence, verify (hosts kept)"
-  molecule syntax && molecule converge && molecule idempotence && molecule verify
+  echo "== molecule syntax, converge, idempotence, verify without the disruptive checks (hosts kept)"
+  molecule syntax && molecule converge && molecule idempotence &&
+    KVSHARE_VERIFY_CHECKS=steady molecule verify
 }
 
 # The sandbox build (base image, wheelhouse, model: disk and network, little CPU) runs in the
@@ -175,14 +186,16 @@ molecule_create_bg() {
 }
 
 molecule_create_wait() {
-  wait "$CREATE_PID" || true
+  # The background job writes its exit status last (this may run in a subshell: no `wait` here).
+  while [ ! -f "$1/molecule_create.rc" ]; do sleep 1; done
   echo "== molecule create (ran in the background since the start)"
   tail -n 25 "$1/molecule_create.log"
   [ "$(cat "$1/molecule_create.rc" 2>/dev/null)" = 0 ]
 }
 
 faults_on_molecule_hosts() {
-  echo "== fault suite (tests/faults) on the molecule hosts"
+  echo "== the scenario's disruptive checks, then the fault suite (tests/faults), on the molecule hosts"
+  KVSHARE_VERIFY_CHECKS=disruptive molecule verify
   KVSHARE_FAULTS=1 KVSHARE_FAULTS_INVENTORY="$REPO/inventories/sandbox" \
     KVSHARE_FAULTS_DIR=${KVSHARE_FAULTS_RUN_DIR:-/var/tmp/kvshare-faults-run} \
     python -m pytest -v -p no:cacheprovider tests/faults
@@ -252,24 +265,29 @@ case "${1:-}" in
   destroy) ansible-playbook -i inventories/sandbox sandbox/destroy.yml ;;
   lint) bootstrap; lint ;;
   unit) bootstrap; unit ;;
+  bad_inputs) bootstrap; bad_inputs ;;
   sanity) bootstrap; sanity ;;
   build) bootstrap; build ;;
   molecule) bootstrap; molecule_test ;;
   test)
     bootstrap
     start=$(date +%s); logs=$(mktemp -d)
-    # The fault suite (./dev.sh faults) is not in this list: with real Maru and three vLLM engines
-    # the whole run no longer fits CI's 45 minutes (docs/development.md).
+    # Not in this run, to stay under CI's 45 minutes (docs/development.md): the fault suite
+    # (./dev.sh faults), the day-2 suite (./dev.sh day2), the scenario's disruptive checks and its
+    # `check` step (./dev.sh molecule).
+    # CI has two cores. The sandbox build (molecule create: disk bound) starts at once, with lint,
+    # sanity and the build in one lane and pytest in the other. The scenario (converge, idempotence,
+    # verify: mostly waits on engines and SSH) starts once pytest and the sandbox build are done,
+    # and the bad-input suite (one ansible-playbook per case, CPU bound; in CI the first case of
+    # each check) fills the other core meanwhile, one case at a time. Each step's output goes to
+    # its log, printed at the end.
     molecule_create_bg "$logs"
-    # CI has two cores: lint, sanity and the build (single-threaded, one after another) in one lane,
-    # pytest in the other; each step's output goes to its log, printed once both lanes are done.
     lane "$logs" lint sanity build & lane_checks=$!
-    lane "$logs" unit & lane_unit=$!
-    rc=0; wait "$lane_checks" || rc=1; wait "$lane_unit" || rc=1
-    for step in lint sanity build unit; do
-      if [ -f "$logs/$step.log" ]; then echo "######## $step"; cat "$logs/$step.log"; fi
-    done
+    rc=0; lane_bad=
+    lane "$logs" unit || rc=1
     if [ $rc -eq 0 ]; then
+      KVSHARE_BAD_INPUTS=checks KVSHARE_BAD_INPUT_JOBS=1 lane "$logs" bad_inputs & lane_bad=$!
+      # The scenario's output streams to the CI log as it runs (it is the longest step).
       for step in "molecule_create_wait $logs" molecule_rest; do
         t0=$(date +%s)
         if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
@@ -279,8 +297,13 @@ case "${1:-}" in
         fi
       done
     fi
+    wait "$lane_checks" || rc=1
+    if [ -n "$lane_bad" ]; then wait "$lane_bad" || rc=1; fi
     wait "$CREATE_PID" 2>/dev/null || true
     molecule_destroy || true
+    for step in lint sanity build unit bad_inputs; do
+      if [ -f "$logs/$step.log" ]; then echo "######## $step"; cat "$logs/$step.log"; fi
+    done
     echo "== summary ($(( $(date +%s) - start )) s)"; cat "$logs/results"
     grep -h -E "^bad inputs rejected|^faults survived|^nothing lost" "$logs"/*.log || true
     exit $rc
