@@ -1,4 +1,8 @@
 #!/usr/bin/env python
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Rollout benchmark on the sandbox hosts: ratios against the hand-sequenced floor.
 
 Run after `./dev.sh sandbox` (the stack must be up): `./dev.sh bench` or

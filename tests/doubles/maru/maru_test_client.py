@@ -1,4 +1,8 @@
 # TEST DOUBLE for XCENA Maru's maru_test_client (C++ tool, xcena-dev/maru @ 4fd29ce): upstream is not reachable from CI and CI has no CXL hardware.
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Stand-in for ``maru_test_client [-H host] [-p port] <stats|alloc <size>>``, same wire protocol.
 
 ``stats`` prints ``Pools: N`` (and ``(no pools available)`` for 0) like upstream; per-pool rows

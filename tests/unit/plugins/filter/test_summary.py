@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """site.yml's closing summary (plugins/filter/summary.py): from the inventory only."""
 from ansible_collections.kvshare.dynamo.plugins.filter.summary import stack_summary
 

@@ -1,3 +1,7 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Unit tests for the cross-host worker checks and port requests in plugins/module_utils/workers.py."""
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as w
 

@@ -1,4 +1,8 @@
 # TEST DOUBLE for XCENA Maru's maru_common wire protocol (upstream not reachable from CI, no CXL hardware).
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Upstream's maru-server frame: 16-byte header ``!HBBBBBBII`` (magic 0xCF00, version 1, msg_type,
 flags, 3 reserved, sequence, payload_length) followed by a MessagePack map. Responses carry
 ``msg_type | 0x80``. Uses ``msgpack`` when installed, else a minimal encoder for maps of

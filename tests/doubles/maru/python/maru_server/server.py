@@ -1,4 +1,8 @@
 # TEST DOUBLE for XCENA Maru's maru-server (maru_server/server.py @ 4fd29ce): upstream is not reachable from CI and CI has no CXL hardware.
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """maru-server stand-in: same flags, ZeroMQ REP socket on tcp://HOST:PORT and upstream's frame.
 
 Answers HEARTBEAT ({}), HANDSHAKE ({"success": true, "rm_address": ...}) and GET_STATS (empty
