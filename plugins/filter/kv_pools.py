@@ -36,6 +36,14 @@ def kv_pool_client_errors(clients, pool_defaults, model=None):
     return _kv_pools.client_errors(list(clients or []), dict(pool_defaults or {}), model)
 
 
+def maru_server_url(pool):
+    """maru-server URL of a pool from its maru_pool_bind_address and maru_pool_server_port."""
+    try:
+        return _kv_pools.maru_server_url(pool)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("maru_server_url: %s (input: %r)" % (exc, pool)) from exc
+
+
 class FilterModule:
     """kvshare.dynamo KV pool filters."""
 
@@ -45,4 +53,5 @@ class FilterModule:
             "kv_pool_errors": kv_pool_errors,
             "kv_pool_clients": kv_pool_clients,
             "kv_pool_client_errors": kv_pool_client_errors,
+            "maru_server_url": maru_server_url,
         }
