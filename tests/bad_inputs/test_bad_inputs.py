@@ -483,7 +483,6 @@ CHECK_OF = {
 }
 
 
-
 def check_name(task):
     """A task's name as CHECK_OF writes it."""
     name = task[len("kvshare.dynamo."):] if task.startswith("kvshare.dynamo.") else task
