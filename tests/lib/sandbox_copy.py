@@ -43,6 +43,9 @@ DAY2_DIR = os.environ.get("KVSHARE_DAY2_DIR", "/var/tmp/kvshare-sandbox-d")
 DAY2 = {"subnet": "127.0.12.", "prefix": "kvshare-d-", "mockers_only": True}
 DAY2_PINS = {v: os.path.join(REPO, "tests", "day2", "pins", "dynamo-%s.yml" % v) for v in ("1.6.0", "1.6.1")}
 DAY2_VERSION = "1.6.1"
+# bench/bench.py's scaling copy: mockers only, 3 + N hosts (127.0.13.N is the KVCR test's).
+BENCH_DIR = os.environ.get("KVSHARE_BENCH_DIR", "/var/tmp/kvshare-sandbox-b")
+BENCH = {"subnet": "127.0.14.", "prefix": "kvshare-b-", "mockers_only": True}
 
 
 def mocker(name, gpu, port, extra_args=(), **fields):
