@@ -3,21 +3,25 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Rollout benchmark on the sandbox hosts: ratios against the hand-sequenced floor.
+"""Rollout benchmark: ratios against the hand-sequenced floor, and how re-runs and worker starts scale.
 
 Run after `./dev.sh sandbox` (the stack must be up): `./dev.sh bench` or
-`.venv/bin/python bench/bench.py [--runs N] [--skip-scaling]`. Every figure is the median of
---runs runs. Prints a table of ratios and writes reports/bench.json. It changes the sandbox while
-it runs (stops/starts services, swaps mocker workers on the mocker host) and restores the
-inventory's stack at the end.
+`.venv/bin/python bench/bench.py [--runs N] [--only rollout,verify,recovery,hosts,workers]`. Every
+figure is the median of --runs runs (default 3). Prints the tables and writes reports/bench.json.
+The first three parts change the sandbox while they run (stop/start services, kill a worker) and
+leave the inventory's stack serving; the scaling parts run on a copy of their own.
 
   P1  warm site.yml (services stopped, packages installed) / floor (systemctl start in the same
-      legal order, readiness polled every 0.1 s)                                  target <= 1.2
-  P2  idempotent re-run / warm rollout                                             target <= 0.30
-  P3  mocker workers: T(4 on 4 GPUs) / T(1)  target <= 1.3;  T(4 on 1 GPU) / T(1)  expected ~4
-  P4  verify.yml wall time minus the requests' own time                           target <= 3 s
-  P5  worker kill -9 -> serving again, against RestartSec + that worker's start time
-  and rollout time for 1, 2, 4, 8 mocker workers on one host and across two hosts.
+      legal order, readiness polled every 0.1 s)                              target <= 1.5 (then 1.2)
+  P2  idempotent re-run / warm rollout: 0 changed, no service restarted       target <= 0.30
+      with the re-run's time per role (json callback task durations)
+  P4  verify.yml wall time minus the requests' own time                       target <= 3 s
+  P5  worker kill -9 -> serving again, against RestartSec + that worker's start time + 2 s
+  hosts    re-run time on a mocker-only copy (127.0.14.N, containers kvshare-b-*) of 3, 6 and 9
+           hosts, forks >= hosts, 0 changed                                    target T(9)/T(3) <= 1.5
+  workers  N = 1, 4, 8 mockers (a real start time: --startup-time) on one host of the copy, each on
+           a GPU of its own and all on one GPU; the time is the readiness modules' own (unit watch
+           + proof, every wave)             target separate <= 1.3 x N=1; one GPU ~ N x N=1 (serial)
 """
 import argparse
 import json
@@ -28,39 +32,89 @@ import tempfile
 import threading
 import time
 
-import yaml
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests"))
-from lib.sandbox import Sandbox, http_json, wait_for  # noqa: E402
+from lib.sandbox import Sandbox, http_json, must, wait_for  # noqa: E402
+from lib.sandbox_copy import BENCH, BENCH_DIR, make_copy, mocker  # noqa: E402
 
 POLL = 0.1
+PARTS = ("rollout", "verify", "recovery", "hosts", "workers")
 # The sandbox: KVSHARE_INVENTORY, else inventories/sandbox (tests/lib/sandbox.py); /health answers
 # within 10 s, a completion within 30 s.
 SB = Sandbox(health_timeout=10, request_timeout=30)
-HV = SB.hostvars
-FRONTEND, FRONTEND_URL = SB.frontend, SB.frontend_url
-WORKER_HOSTS = SB.group("dynamo_workers")
-ssh = SB.ssh
+JSON_ENV = {"ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json", "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.timer"}
+READINESS_MODULES = ("dynamo_worker_unit_watch", "dynamo_workers_ready")
 
 
-def playbook(*args, json_out=False):
-    env = {}
-    if json_out:
-        env["ANSIBLE_STDOUT_CALLBACK"] = "ansible.posix.json"
-        env["ANSIBLE_CALLBACKS_ENABLED"] = "ansible.posix.timer"
-    res, elapsed = SB.playbook(*args, timeout=None, env=env)
-    if res.returncode != 0:
-        raise RuntimeError("ansible-playbook %s failed:\n%s" % (" ".join(args), (res.stdout + res.stderr)[-4000:]))
-    return elapsed, res.stdout
+def run(sb, *args, json_out=False):
+    """ansible-playbook on sandbox `sb`: (seconds, the json callback's document or None)."""
+    res, elapsed = sb.playbook(*args, timeout=None, env=JSON_ENV if json_out else None)
+    must(res, "ansible-playbook " + " ".join(args))
+    if not json_out:
+        return elapsed, None
+    doc, dummy = json.JSONDecoder().raw_decode(res.stdout[res.stdout.index("{"):])
+    return elapsed, doc
 
 
-def http(url, payload=None, timeout=10):
-    return http_json(url, payload, timeout=timeout)
+def changed_hosts(doc):
+    return {host: stats["changed"] for host, stats in doc["stats"].items() if stats.get("changed")}
 
 
+def _ts(text):
+    """ansible.posix.json timestamps: 2026-11-30T00:57:43.123456Z."""
+    main, frac = text.rstrip("Z").split(".")
+    return time.mktime(time.strptime(main, "%Y-%m-%dT%H:%M:%S")) + float("0." + frac)
+
+
+def role_profile(doc):
+    """Seconds per role (tasks outside roles under their play's name) from the tasks' durations."""
+    out = {}
+    for play in doc.get("plays", []):
+        for task in play.get("tasks", []):
+            dur = task["task"].get("duration", {})
+            if not (dur.get("start") and dur.get("end")):
+                continue
+            name = task["task"]["name"]
+            role = name.split(" : ", 1)[0].replace("kvshare.dynamo.", "") if " : " in name else "play: " + play["play"]["name"]
+            out[role] = out.get(role, 0.0) + _ts(dur["end"]) - _ts(dur["start"])
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def readiness_seconds(doc, host):
+    """The readiness modules' own elapsed_s for `host`'s workers, summed over the waves."""
+    total = 0.0
+    for play in doc.get("plays", []):
+        for task in play.get("tasks", []):
+            res = task["hosts"].get(host) or {}
+            if (res.get("action") or "").rsplit(".", 1)[-1] in READINESS_MODULES and not res.get("skipped"):
+                total += float(res.get("elapsed_s") or 0.0)
+    return total
+
+
+def started_workers(doc, host):
+    """The workers the run's start tasks started or restarted on `host`."""
+    names = set()
+    for play in doc.get("plays", []):
+        for task in play.get("tasks", []):
+            if "Start the workers of wave" in task["task"]["name"]:
+                for item in (task["hosts"].get(host) or {}).get("results", []):
+                    if item.get("changed"):
+                        names.add(item["item"])
+    return sorted(names)
+
+
+def median(values):
+    return statistics.median(values) if values else None
+
+
+def wait(predicate, timeout=600):
+    return wait_for(predicate, timeout, interval=POLL)
+
+
+# --- P1, P2, P4, P5 on the sandbox ---------------------------------------------------------------
 def worker_list(host):
-    return HV[host].get("dynamo_workers", [])
+    return SB.hostvars[host].get("dynamo_workers", [])
 
 
 def serving(host, worker, exclude=()):
@@ -68,21 +122,28 @@ def serving(host, worker, exclude=()):
     return SB.worker_serving(host, worker, exclude, prompt="hi", max_tokens=1)
 
 
-def wait(predicate, timeout=600):
-    return wait_for(predicate, timeout, interval=POLL)
+def main_pids():
+    """MainPID of the frontend and every worker unit: a re-run that restarts one changes it."""
+    pids = {}
+    for host in SB.group("dynamo_workers") + [SB.frontend]:
+        units = ["dynamo-frontend"] if host == SB.frontend else []
+        units += ["dynamo-worker@%s" % w["name"] for w in worker_list(host)]
+        for unit in units:
+            pids["%s/%s" % (host, unit)] = SB.ssh(host, "systemctl show -p MainPID --value %s" % unit).strip()
+    return pids
 
 
 def stop_stack():
     threads = []
-    for host in WORKER_HOSTS:
+    for host in SB.group("dynamo_workers"):
         names = " ".join("dynamo-worker@%s" % w["name"] for w in worker_list(host))
-        threads.append(threading.Thread(target=ssh, args=(host, "systemctl stop %s" % names)))
+        threads.append(threading.Thread(target=SB.ssh, args=(host, "systemctl stop %s" % names)))
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    ssh(FRONTEND, "systemctl stop dynamo-frontend")
-    wait(lambda: http(FRONTEND_URL + "/live")[0] is None, timeout=60)
+    SB.ssh(SB.frontend, "systemctl stop dynamo-frontend")
+    wait(lambda: http_json(SB.frontend_url + "/live", timeout=10)[0] is None, timeout=60)
 
 
 def waves(workers):
@@ -94,19 +155,19 @@ def waves(workers):
 def floor_start():
     """The minimal hand-written sequence: frontend, /live, then each host's waves, readiness polled tightly."""
     t0 = time.monotonic()
-    ssh(FRONTEND, "systemctl start dynamo-frontend")
-    wait(lambda: http(FRONTEND_URL + "/live")[0] == 200)
+    SB.ssh(SB.frontend, "systemctl start dynamo-frontend")
+    wait(lambda: http_json(SB.frontend_url + "/live", timeout=10)[0] == 200)
     ready = {}
 
     def host_seq(host):
         workers = {w["name"]: w for w in worker_list(host)}
         for wave in waves(list(workers.values())):
-            ssh(host, "systemctl start --no-block %s" % " ".join("dynamo-worker@%s" % n for n in wave))
+            SB.ssh(host, "systemctl start --no-block %s" % " ".join("dynamo-worker@%s" % n for n in wave))
             for name in wave:
                 wait(lambda: serving(host, workers[name]))
                 ready["%s/%s" % (host, name)] = time.monotonic() - t0
 
-    threads = [threading.Thread(target=host_seq, args=(h,)) for h in WORKER_HOSTS]
+    threads = [threading.Thread(target=host_seq, args=(h,)) for h in SB.group("dynamo_workers")]
     for t in threads:
         t.start()
     for t in threads:
@@ -114,62 +175,38 @@ def floor_start():
     return time.monotonic() - t0, ready
 
 
-def median(values):
-    return statistics.median(values) if values else None
-
-
-def _ts(text):
-    """ansible.posix.json timestamps: 2026-11-30T00:57:43.123456Z."""
-    main, frac = text.rstrip("Z").split(".")
-    return time.mktime(time.strptime(main, "%Y-%m-%dT%H:%M:%S")) + float("0." + frac)
-
-
-def wave_seconds(json_stdout):
-    """Seconds spent starting and proving workers (wave tasks), from the json callback."""
-    data, dummy = json.JSONDecoder().raw_decode(json_stdout[json_stdout.index("{"):])
-    total = 0.0
-    for play in data.get("plays", []):
-        for task in play.get("tasks", []):
-            name = task["task"]["name"]
-            # Role tasks are named "<role> : <task>".
-            if any(key in name for key in ("Start the workers of wave", "Prove ready (registered")):
-                dur = task["task"].get("duration", {})
-                if dur.get("start") and dur.get("end"):
-                    total += _ts(dur["end"]) - _ts(dur["start"])
-    return total
-
-
-def mockers(count, distinct_gpus, prefix="bench"):
-    return [{"name": "%s-%d" % (prefix, i), "engine": "mocker", "model": "/opt/kvshare/models/tiny-llama",
-             "served_model_name": "tiny-bench", "endpoint": "dyn://dynamo.bench.generate",
-             "gpus": [str(i if distinct_gpus else 0)], "system_port": 18181 + i, "rpc_port": 19181 + i,
-             "extra_args": ["--speedup-ratio", "10"]} for i in range(count)]
-
-
-def worker_phase(layout):
-    """Apply {host: workers} over the inventory (an overlay inventory: later sources win), run the
-    worker play for those hosts, and return the seconds of the wave tasks (start + prove)."""
-    overlay = {"all": {"hosts": {}}}
-    for host, workers in layout.items():
-        # Keep the host's venv (its id depends on the engines it was installed for).
-        overlay["all"]["hosts"][host] = {"dynamo_workers": workers,
-                                         "dynamo_runtime_engines": sorted({w["engine"] for w in worker_list(host)})}
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as fh:
-        yaml.safe_dump(overlay, fh)
-        path = fh.name
-    try:
-        dummy, out = playbook("-i", path, "site.yml", "--limit", ",".join([FRONTEND] + sorted(layout)),
-                              "--tags", "dynamo_worker", json_out=True)
-    finally:
-        os.unlink(path)
-    return wave_seconds(out)
+def rollout(runs):
+    """P1 and P2: per run the floor, a warm site.yml, then a re-run that must change and restart nothing."""
+    floor, warm, rerun, floor_ready, profiles = [], [], [], [], []
+    for number in range(runs):
+        stop_stack()
+        took, ready = floor_start()
+        floor.append(took)
+        floor_ready.append(ready)
+        stop_stack()
+        warm.append(run(SB, "site.yml")[0])
+        before = main_pids()
+        took, doc = run(SB, "site.yml", json_out=True)
+        assert not changed_hosts(doc), "re-run %d changed %s" % (number + 1, changed_hosts(doc))
+        after = main_pids()
+        assert after == before, "re-run %d restarted %s" % (number + 1, sorted(k for k in before if after[k] != before[k]))
+        rerun.append(took)
+        profiles.append(role_profile(doc))
+        print("   run %d: floor %.1f s, warm rollout %.1f s, re-run %.1f s (0 changed, 0 restarted)"
+              % (number + 1, floor[-1], warm[-1], took), flush=True)
+    roles = sorted({r for p in profiles for r in p})
+    profile = dict(sorted(((r, median([p.get(r, 0.0) for p in profiles])) for r in roles), key=lambda kv: -kv[1]))
+    return {"floor_s": median(floor), "warm_rollout_s": median(warm), "rerun_s": median(rerun),
+            "floor_runs_s": floor, "warm_runs_s": warm, "rerun_runs_s": rerun, "rerun_profile_s": profile,
+            "floor_ready": floor_ready}
 
 
 def verify_overhead():
     with tempfile.TemporaryDirectory() as tmp:
         report = os.path.join(tmp, "verify.json")
-        wall, dummy = playbook("verify.yml", "-e", "kvshare_verify_report=%s" % report, "-e", "kvshare_verify_settle_s=0")
-        pairs = json.load(open(report))["pairs"]
+        wall, dummy = run(SB, "verify.yml", "-e", "kvshare_verify_report=%s" % report, "-e", "kvshare_verify_settle_s=0")
+        with open(report) as handle:
+            pairs = json.load(handle)["pairs"]
     request_s = 0.0
     for pair in pairs:
         rep = pair["report"]
@@ -181,114 +218,196 @@ def verify_overhead():
 
 
 def recovery(floor_ready):
-    host = next(h for h in WORKER_HOSTS if any(w["engine"] == "vllm" for w in worker_list(h)))
+    """P5 once: kill -9 a vLLM worker; seconds until it serves again, its RestartSec and start time."""
+    host = next(h for h in SB.group("dynamo_workers") if any(w["engine"] == "vllm" for w in worker_list(h)))
     worker = next(w for w in worker_list(host) if w["engine"] == "vllm")
-    old = serving(host, worker)
-    pid = ssh(host, "systemctl show -p MainPID --value dynamo-worker@%s" % worker["name"]).strip()
+    unit = "dynamo-worker@%s" % worker["name"]
+    old = wait(lambda: serving(host, worker))
+    pid = SB.ssh(host, "systemctl show -p MainPID --value %s" % unit).strip()
     t0 = time.monotonic()
-    ssh(host, "kill -9 %s" % pid)
+    SB.ssh(host, "kill -9 %s" % pid)
     wait(lambda: serving(host, worker, exclude=(old,)))
     took = time.monotonic() - t0
-    restart_sec = float(ssh(host, "systemctl show -p RestartUSec --value dynamo-worker@%s" % worker["name"])
-                        .strip().rstrip("s") or 0)
-    # The worker's own start time, from the floor runs (the first worker of its wave starts at ~0).
+    restart_sec = float(SB.ssh(host, "systemctl show -p RestartUSec --value %s" % unit).strip().rstrip("s") or 0)
+    # The worker's own start time: from its unit's start to its first ready answer in the floor runs
+    # (the first worker of its wave starts at ~0).
     start = median([r["%s/%s" % (host, worker["name"])] for r in floor_ready]) if floor_ready else None
     return took, restart_sec, start
 
 
+# --- scaling, on a mocker-only copy --------------------------------------------------------------
+def bench_mockers(count, distinct_gpus, startup):
+    return [mocker("bench-%d" % i, str(i if distinct_gpus else 0), 100 + i, ["--startup-time", str(startup)])
+            for i in range(count)]
+
+
+def host_scaling(sizes, runs, startup):
+    """{size: re-run seconds (median) and runs}; the copy grows in place (create.yml adds the hosts)."""
+    out, sb = {}, None
+    for size in sizes:
+        make_copy(BENCH_DIR, BENCH["subnet"], BENCH["prefix"], mockers_only=True, extra_hosts=size - 3,
+                  mocker_args=["--startup-time", str(startup)])
+        sb = Sandbox.of_copy(BENCH_DIR, request_timeout=30, health_timeout=10)
+        assert len(sb.group("sandbox")) == size, sb.group("sandbox")
+        forks = "--forks=%d" % max(20, size)
+        must(sb.playbook("sandbox/create.yml", timeout=None)[0], "sandbox/create.yml (%d hosts)" % size)
+        converge = run(sb, "site.yml", forks)[0]
+        times = []
+        for number in range(runs):
+            took, doc = run(sb, "site.yml", forks, json_out=True)
+            assert not changed_hosts(doc), "%d hosts, re-run %d changed %s" % (size, number + 1, changed_hosts(doc))
+            times.append(took)
+        out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge}
+        print("   %d hosts: converge %.1f s (untimed for the ratio), re-runs %s s (0 changed)"
+              % (size, converge, ", ".join("%.1f" % t for t in times)), flush=True)
+    return out, sb
+
+
+def worker_scaling(sb, counts, runs, startup):
+    """{layout: {N: readiness seconds}} on the copy's last host: each run from every worker stopped."""
+    host = sb.group("dynamo_workers")[-1]
+    out = {"host": host, "separate": {}, "one_gpu": {}}
+    for key, distinct in (("separate", True), ("one_gpu", False)):
+        for count in counts:
+            layout = bench_mockers(count, distinct, startup)
+            # Extra vars: an overlay inventory would lose to the copy's host_vars/<host>.yml. Every
+            # host of the run gets its own list (the frontend host none; --limit keeps the rest out).
+            extra = {"kvshare_bench_workers": {host: layout},
+                     "dynamo_workers": "{{ kvshare_bench_workers[inventory_hostname] | default([]) }}"}
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+                json.dump(extra, handle)
+                path = handle.name
+            times = []
+            try:
+                for dummy in range(runs):
+                    sb.ssh(host, "systemctl stop 'dynamo-worker@*'")
+                    doc = run(sb, "site.yml", "--limit", "%s,%s" % (sb.frontend, host), "--tags", "dynamo_worker",
+                              "-e", "@" + path, json_out=True)[1]
+                    names = started_workers(doc, host)
+                    assert names == sorted(w["name"] for w in layout), "started %s, not the bench's workers" % names
+                    times.append(readiness_seconds(doc, host))
+            finally:
+                os.unlink(path)
+            out[key][count] = {"ready_s": median(times), "runs_s": times}
+            print("   %s, N=%d: %s s" % (key, count, ", ".join("%.1f" % t for t in times)), flush=True)
+    # The host's own workers again (the bench-* units stay stopped).
+    sb.ssh(host, "systemctl stop 'dynamo-worker@bench-*'")
+    run(sb, "site.yml", "--limit", "%s,%s" % (sb.frontend, host), "--tags", "dynamo_worker")
+    return out
+
+
+# --- report --------------------------------------------------------------------------------------
 def fmt(value, spec="%.2f"):
     return "-" if value is None else spec % value
 
 
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def sec(v):
+    return "-" if v is None else "%.1f s" % v
+
+
+def table(res):
+    rows = []
+    if "rollout" in res:
+        ro = res["rollout"]
+        rows += [("P1", "warm rollout / floor", ratio(ro["warm_rollout_s"], ro["floor_s"]), "<= 1.5",
+                  "%s / %s" % (sec(ro["warm_rollout_s"]), sec(ro["floor_s"]))),
+                 ("P2", "re-run / warm rollout", ratio(ro["rerun_s"], ro["warm_rollout_s"]), "<= 0.30",
+                  "%s / %s" % (sec(ro["rerun_s"]), sec(ro["warm_rollout_s"])))]
+    if "verify" in res:
+        v = res["verify"]
+        rows.append(("P4", "verify overhead (s)", v["wall_s"] - v["request_s"], "<= 3 s",
+                     "%.1f s wall - %.1f s requests" % (v["wall_s"], v["request_s"])))
+    if "recovery" in res:
+        r = res["recovery"]
+        bound = r["restart_sec"] + r["worker_start_s"] + 2 if r["worker_start_s"] is not None else None
+        rows.append(("P5", "recovery / (RestartSec + start + 2 s)", ratio(r["recovery_s"], bound), "<= 1",
+                     "%s / (%s + %s + 2 s)" % (sec(r["recovery_s"]), sec(r["restart_sec"]), sec(r["worker_start_s"]))))
+    if "hosts" in res:
+        h = res["hosts"]
+        small, big = min(h, key=int), max(h, key=int)
+        rows.append(("H", "re-run T(%s hosts) / T(%s hosts)" % (big, small), ratio(h[big]["rerun_s"], h[small]["rerun_s"]),
+                     "<= 1.5", "%s / %s" % (sec(h[big]["rerun_s"]), sec(h[small]["rerun_s"]))))
+    if "workers" in res:
+        w = res["workers"]
+        for key, target in (("separate", "<= 1.3"), ("one_gpu", "~ N")):
+            one = w[key][min(w[key])]["ready_s"]
+            for count in sorted(w[key])[1:]:
+                rows.append(("W", "%d workers %s / 1" % (count, "on separate GPUs" if key == "separate" else "on one GPU"),
+                             ratio(w[key][count]["ready_s"], one), target.replace("N", str(count)),
+                             "%s / %s" % (sec(w[key][count]["ready_s"]), sec(one))))
+    return rows
+
+
+def print_report(res):
+    rows = table(res)
+    res["table"] = [{"id": r[0], "figure": r[1], "value": r[2], "target": r[3], "detail": r[4]} for r in rows]
+    print("\n%-3s %-40s %8s  %-8s %s" % ("", "figure", "value", "target", "measured"))
+    for r in rows:
+        print("%-3s %-40s %8s  %-8s %s" % (r[0], r[1], fmt(r[2]), r[3], r[4]))
+    if "hosts" in res:
+        print("\nre-run of site.yml, mocker-only copy (median of %d; converge untimed)" % res["runs"])
+        print("%6s %10s  %s" % ("hosts", "re-run", "runs"))
+        for size, row in sorted(res["hosts"].items(), key=lambda kv: int(kv[0])):
+            print("%6s %9.1fs  %s" % (size, row["rerun_s"], ", ".join("%.1f" % t for t in row["runs_s"])))
+    if "workers" in res:
+        w = res["workers"]
+        print("\nworker start, readiness modules' own seconds (host %s, --startup-time %s s)" % (w["host"], res["startup_s"]))
+        print("%3s %14s %14s" % ("N", "separate GPUs", "one GPU"))
+        for count in sorted(w["separate"]):
+            print("%3d %13.1fs %13.1fs" % (count, w["separate"][count]["ready_s"], w["one_gpu"][count]["ready_s"]))
+    if "rollout" in res:
+        print("\nre-run time per role (median of %d; json callback task durations)" % res["runs"])
+        for role, seconds in list(res["rollout"]["rerun_profile_s"].items())[:15]:
+            print("  %-50s %6.1f s" % (role, seconds))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--runs", type=int, default=2, help="runs per figure (median)")
-    ap.add_argument("--skip-scaling", action="store_true", help="skip the worker-count table")
-    ap.add_argument("--scaling", default="1,2,4,8", help="worker counts for the scaling table")
-    ap.add_argument("--skip-rollout", action="store_true", help="skip P1/P2 (and P5's reference start time)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per figure (median)")
+    ap.add_argument("--only", default=",".join(PARTS), help="parts to run: %s" % ",".join(PARTS))
+    ap.add_argument("--hosts", default="3,6,9", help="host counts of the scaling copy (3 or more)")
+    ap.add_argument("--workers", default="1,4,8", help="worker counts of the worker scaling")
+    ap.add_argument("--startup-time", type=float, default=4.0, help="the mockers' --startup-time (s)")
+    ap.add_argument("--keep-copy", action="store_true", help="leave the scaling copy's hosts running")
     args = ap.parse_args()
-    res = {"runs": args.runs}
-    print("== P1/P2: floor, warm rollout, idempotent re-run (%d runs each)" % args.runs, flush=True)
-    warm, floor, rerun, floor_ready = [], [], [], []
-    for dummy in range(0 if args.skip_rollout else args.runs):
-        stop_stack()
-        t, ready = floor_start()
-        floor.append(t)
-        floor_ready.append(ready)
-        stop_stack()
-        warm.append(playbook("site.yml")[0])
-        rerun.append(playbook("site.yml")[0])
-    res.update(floor_s=median(floor), warm_rollout_s=median(warm), rerun_s=median(rerun))
-    if not args.skip_rollout:
-        print("   floor %.1f s, warm rollout %.1f s, re-run %.1f s" % (res["floor_s"], res["warm_rollout_s"],
-                                                                       res["rerun_s"]), flush=True)
-    print("== P3: mocker workers on one host", flush=True)
-    mock_host = next(h for h in WORKER_HOSTS if all(w["engine"] == "mocker" for w in worker_list(h)))
-    other_host = next(h for h in WORKER_HOSTS if h != mock_host)
-    p3 = {"1": [], "4x4gpu": [], "4x1gpu": []}
-    for dummy in range(args.runs):
-        for key, layout in (("1", mockers(1, True)), ("4x4gpu", mockers(4, True)), ("4x1gpu", mockers(4, False))):
-            worker_phase({mock_host: []})
-            p3[key].append(worker_phase({mock_host: layout}))
-    res["p3"] = {k: median(v) for k, v in p3.items()}
-    print("   worker phase: %s" % json.dumps(res["p3"]), flush=True)
-    scaling = {}
-    if not args.skip_scaling:
-        print("== scaling: %s mocker workers, one host and two hosts" % args.scaling, flush=True)
-        for n in [int(x) for x in args.scaling.split(",")]:
-            worker_phase({mock_host: [], other_host: []})
-            one = worker_phase({mock_host: mockers(n, True)})
-            worker_phase({mock_host: [], other_host: []})
-            half = mockers(n, True)
-            two = worker_phase({mock_host: half[: (n + 1) // 2],
-                                other_host: [dict(w, name=w["name"] + "-b") for w in half[(n + 1) // 2:]]})
-            scaling[n] = {"one_host_s": one, "two_hosts_s": two}
-            print("   N=%d: one host %.1f s, two hosts %.1f s" % (n, one, two), flush=True)
-        res["scaling"] = scaling
-    print("== restoring the inventory's stack", flush=True)
-    worker_phase({mock_host: [], other_host: []})
-    playbook("site.yml")
-    print("== P4: verify overhead", flush=True)
-    p4 = [verify_overhead() for dummy in range(args.runs)]
-    res["verify_wall_s"], res["verify_request_s"] = median([w for w, dummy in p4]), median([r for dummy, r in p4])
-    print("== P5: recovery after kill -9", flush=True)
-    p5 = [recovery(floor_ready) for dummy in range(args.runs)]
-    res["recovery_s"] = median([p[0] for p in p5])
-    res["restart_sec"] = p5[0][1]
-    res["worker_start_s"] = p5[0][2]
-
-    base = res["p3"]["1"] or None
-
-    def ratio(a, b):
-        return a / b if a is not None and b else None
-
-    def sec(v):
-        return "-" if v is None else "%.1f s" % v
-
-    rows = [
-        ("P1", "warm rollout / floor", ratio(res["warm_rollout_s"], res["floor_s"]), "<= 1.2",
-         "%s / %s" % (sec(res["warm_rollout_s"]), sec(res["floor_s"]))),
-        ("P2", "re-run / warm rollout", ratio(res["rerun_s"], res["warm_rollout_s"]), "<= 0.30",
-         "%s / %s" % (sec(res["rerun_s"]), sec(res["warm_rollout_s"]))),
-        ("P3", "4 workers on 4 GPUs / 1 worker", res["p3"]["4x4gpu"] / base if base else None, "<= 1.3",
-         "%.1f s / %.1f s" % (res["p3"]["4x4gpu"], res["p3"]["1"])),
-        ("P3", "4 workers on 1 GPU / 1 worker", res["p3"]["4x1gpu"] / base if base else None, "~ 4",
-         "%.1f s / %.1f s" % (res["p3"]["4x1gpu"], res["p3"]["1"])),
-        ("P4", "verify overhead (s)", res["verify_wall_s"] - res["verify_request_s"], "<= 3 s",
-         "%.1f s wall - %.1f s requests" % (res["verify_wall_s"], res["verify_request_s"])),
-        ("P5", "recovery / (RestartSec + start)",
-         ratio(res["recovery_s"], (res["restart_sec"] + res["worker_start_s"]) if res["worker_start_s"] else None),
-         "~ 1", "%s / (%s + %s)" % (sec(res["recovery_s"]), sec(res["restart_sec"]), sec(res["worker_start_s"]))),
-    ]
-    res["table"] = [{"id": r[0], "figure": r[1], "value": r[2], "target": r[3], "detail": r[4]} for r in rows]
-    print("\n%-3s %-34s %8s  %-8s %s" % ("", "figure", "value", "target", "measured"))
-    for r in rows:
-        print("%-3s %-34s %8s  %-8s %s" % (r[0], r[1], fmt(r[2]), r[3], r[4]))
-    if scaling:
-        print("\nworker phase (start + prove) for N mocker workers, one GPU each")
-        print("%3s %12s %12s" % ("N", "one host", "two hosts"))
-        for n, row in scaling.items():
-            print("%3d %11.1fs %11.1fs" % (n, row["one_host_s"], row["two_hosts_s"]))
+    parts = [p for p in args.only.split(",") if p]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        ap.error("unknown parts %s (known: %s)" % (", ".join(unknown), ", ".join(PARTS)))
+    res = {"runs": args.runs, "startup_s": args.startup_time}
+    floor_ready = []
+    if "rollout" in parts:
+        print("== P1/P2: floor, warm rollout, idempotent re-run (%d runs)" % args.runs, flush=True)
+        res["rollout"] = rollout(args.runs)
+        floor_ready = res["rollout"].pop("floor_ready")
+    if "verify" in parts:
+        print("== P4: verify overhead", flush=True)
+        p4 = [verify_overhead() for dummy in range(args.runs)]
+        res["verify"] = {"wall_s": median([w for w, dummy in p4]), "request_s": median([r for dummy, r in p4])}
+    if "recovery" in parts:
+        print("== P5: recovery after kill -9", flush=True)
+        p5 = [recovery(floor_ready) for dummy in range(args.runs)]
+        res["recovery"] = {"recovery_s": median([p[0] for p in p5]), "runs_s": [p[0] for p in p5],
+                           "restart_sec": p5[0][1], "worker_start_s": p5[0][2]}
+    sb = None
+    try:
+        if "hosts" in parts or "workers" in parts:
+            sizes = [int(x) for x in args.hosts.split(",")] if "hosts" in parts else [3]
+            print("== scaling copy: %s hosts (127.0.14.N)" % ",".join(map(str, sizes)), flush=True)
+            hosts, sb = host_scaling(sizes, args.runs if "hosts" in parts else 0, args.startup_time)
+            if "hosts" in parts:
+                res["hosts"] = {str(k): v for k, v in hosts.items()}
+        if "workers" in parts:
+            print("== worker scaling: %s mockers, separate GPUs and one GPU" % args.workers, flush=True)
+            res["workers"] = worker_scaling(sb, [int(x) for x in args.workers.split(",")], args.runs, args.startup_time)
+    finally:
+        if sb is not None and not args.keep_copy:
+            sb.playbook("sandbox/destroy.yml", timeout=None)
+    print_report(res)
     os.makedirs(os.path.join(REPO, "reports"), exist_ok=True)
     with open(os.path.join(REPO, "reports", "bench.json"), "w") as fh:
         json.dump(res, fh, indent=2)
