@@ -295,7 +295,9 @@ def test_fault_08_pool_down(stack, record):
                                                    " if inventory_hostname == '%s' else [] }}" % hostname})
         res, dummy = F.playbook("site.yml", "--tags", "dynamo_worker", "-e", ev)
         assert res.returncode != 0, res.stdout[-3000:]
-        assert "the KV pool is down (path /mnt/maru-fsdax/not-mounted is missing)" in res.stdout, res.stdout[-3000:]
+        # Every unmet requirement is named: the missing path first, then maru-server (still stopped).
+        assert "the KV pool is down (path /mnt/maru-fsdax/not-mounted is missing; unit maru-server.service is inactive" \
+            in res.stdout, res.stdout[-3000:]
         for n in names:
             assert F.unit_state(hostname, "dynamo-worker@%s" % n) in F.STOPPED
         assert F.serving_map(only=others) is not None
