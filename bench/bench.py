@@ -67,40 +67,42 @@ def _ts(text):
     return time.mktime(time.strptime(main, "%Y-%m-%dT%H:%M:%S")) + float("0." + frac)
 
 
+def tasks_of(doc):
+    """(play, task) of every task in a json callback document."""
+    for play in doc.get("plays", []):
+        for task in play.get("tasks", []):
+            yield play, task
+
+
 def role_profile(doc):
     """Seconds per role (tasks outside roles under their play's name) from the tasks' durations."""
     out = {}
-    for play in doc.get("plays", []):
-        for task in play.get("tasks", []):
-            dur = task["task"].get("duration", {})
-            if not (dur.get("start") and dur.get("end")):
-                continue
-            name = task["task"]["name"]
-            role = name.split(" : ", 1)[0].replace("kvshare.dynamo.", "") if " : " in name else "play: " + play["play"]["name"]
-            out[role] = out.get(role, 0.0) + _ts(dur["end"]) - _ts(dur["start"])
+    for play, task in tasks_of(doc):
+        dur = task["task"].get("duration", {})
+        if not (dur.get("start") and dur.get("end")):
+            continue
+        name = task["task"]["name"]
+        role = name.split(" : ", 1)[0].replace("kvshare.dynamo.", "") if " : " in name else "play: " + play["play"]["name"]
+        out[role] = out.get(role, 0.0) + _ts(dur["end"]) - _ts(dur["start"])
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def readiness_seconds(doc, host):
     """The readiness modules' own elapsed_s for `host`'s workers, summed over the waves."""
     total = 0.0
-    for play in doc.get("plays", []):
-        for task in play.get("tasks", []):
-            res = task["hosts"].get(host) or {}
-            if (res.get("action") or "").rsplit(".", 1)[-1] in READINESS_MODULES and not res.get("skipped"):
-                total += float(res.get("elapsed_s") or 0.0)
+    for dummy, task in tasks_of(doc):
+        res = task["hosts"].get(host) or {}
+        if (res.get("action") or "").rsplit(".", 1)[-1] in READINESS_MODULES and not res.get("skipped"):
+            total += float(res.get("elapsed_s") or 0.0)
     return total
 
 
 def started_workers(doc, host):
     """The workers the run's start tasks started or restarted on `host`."""
     names = set()
-    for play in doc.get("plays", []):
-        for task in play.get("tasks", []):
-            if "Start the workers of wave" in task["task"]["name"]:
-                for item in (task["hosts"].get(host) or {}).get("results", []):
-                    if item.get("changed"):
-                        names.add(item["item"])
+    for dummy, task in tasks_of(doc):
+        if "Start the workers of wave" in task["task"]["name"]:
+            names.update(item["item"] for item in (task["hosts"].get(host) or {}).get("results", []) if item.get("changed"))
     return sorted(names)
 
 
