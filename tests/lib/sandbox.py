@@ -291,16 +291,11 @@ class Sandbox:
         """serving() once every worker (those in `only`) serves, polled every `interval` s."""
         timeout = timeout or self.serve_timeout
         want = set(k for k in self.worker_map() if only is None or k in only)
-        last = {}
-        if not want:
-            return {}
-
-        def all_serving():
-            last["got"] = self.serving(only)
-            return last["got"] if set(last["got"]) == want else None
-
-        try:
-            return wait_for(all_serving, timeout, interval, what="every worker to serve")
-        except AssertionError:
-            raise AssertionError("not every worker serves after %ss: %s of %s"
-                                 % (timeout, sorted(last.get("got", {})), sorted(want))) from None
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.serving(only)
+            if set(got) == want:
+                return got
+            if time.monotonic() >= deadline:
+                raise AssertionError("not every worker serves after %ss: %s of %s" % (timeout, sorted(got), sorted(want)))
+            time.sleep(interval)
