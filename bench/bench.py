@@ -238,8 +238,13 @@ def recovery(floor_ready):
 
 
 # --- scaling, on a mocker-only copy --------------------------------------------------------------
+# The mocker divides its simulated start time by --speedup-ratio (the sandbox's mockers run at 10):
+# the bench's run at 1, so that --startup-time is the real start time.
+STARTUP_ARGS = ["--speedup-ratio", "1", "--startup-time"]
+
+
 def bench_mockers(count, distinct_gpus, startup):
-    return [mocker("bench-%d" % i, str(i if distinct_gpus else 0), 100 + i, ["--startup-time", str(startup)])
+    return [mocker("bench-%d" % i, str(i if distinct_gpus else 0), 100 + i, STARTUP_ARGS + [str(startup)])
             for i in range(count)]
 
 
@@ -248,7 +253,7 @@ def host_scaling(sizes, runs, startup):
     out, sb = {}, None
     for size in sizes:
         make_copy(BENCH_DIR, BENCH["subnet"], BENCH["prefix"], mockers_only=True, extra_hosts=size - 3,
-                  mocker_args=["--startup-time", str(startup)])
+                  mocker_args=STARTUP_ARGS + [str(startup)])
         sb = Sandbox.of_copy(BENCH_DIR, request_timeout=30, health_timeout=10)
         assert len(sb.group("sandbox")) == size, sb.group("sandbox")
         forks = "--forks=%d" % max(20, size)
