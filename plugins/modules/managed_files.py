@@ -173,6 +173,8 @@ def ensure_file(entry, check_mode, run_command=None):
     """(changed, the old content or None) for one file; run_command runs O(files[].validate)."""
     path, data = entry["path"], to_bytes(entry["content"], errors="surrogate_or_strict")
     uid, gid, mode = _ids(entry)
+    if entry.get("validate") and "%s" not in entry["validate"]:
+        raise EntryError("%s: validate must contain %%s" % path)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -202,8 +204,6 @@ def ensure_file(entry, check_mode, run_command=None):
                 os.fchmod(handle.fileno(), mode)
                 os.fsync(handle.fileno())
             if entry.get("validate"):
-                if "%s" not in entry["validate"]:
-                    raise EntryError("%s: validate must contain %%s" % path)
                 rc, out, err = run_command(entry["validate"] % tmp)
                 if rc != 0:
                     raise EntryError("%s: validate (%s) failed with rc %d: %s" % (path, entry["validate"], rc, (err or out).strip()))

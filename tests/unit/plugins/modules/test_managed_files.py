@@ -117,3 +117,15 @@ def test_validate_failure_keeps_the_old_file(tmp_path, capsys):
     args["files"][0]["content"] = "A=4\n"
     rc, out = run(args, capsys)
     assert rc == 0 and out["changed_labels"] == ["a"]
+
+
+def test_validate_without_placeholder_fails_before_writing(tmp_path, capsys):
+    args = layout(tmp_path)
+    run(args, capsys)
+    args["files"][0].update(content="A=5\n", validate="true")
+    rc, out = run(args, capsys)
+    conf = args["directories"][0]["path"]
+    assert rc == 1 and out["msg"].endswith("svc.env: validate must contain %s")
+    with open(conf + "/svc.env") as handle:
+        assert handle.read() == "A=1\n"
+    assert sorted(os.listdir(conf)) == ["key.pem", "svc.env"]
