@@ -11,6 +11,7 @@ import re
 
 from ansible.errors import AnsibleFilterError
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
+from ansible_collections.kvshare.dynamo.plugins.module_utils import maru as _maru
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
@@ -153,6 +154,28 @@ def verify_diagnosis(results):
     return lines
 
 
+def verify_pool_space(results):
+    """Lines naming a full Maru pool, from the looped `kvshare_maru_connector usage` results.
+
+    Each result's item is a failed kv_share_check result, whose own item is the pair.
+    """
+    lines = []
+    for res in results or []:
+        pair = (res.get("item") or {}).get("item") or {}
+        if res.get("skipped") or res.get("rc") != 0 or not pair.get("maru_server"):
+            continue  # an unreachable maru-server is reported by the reachability check
+        try:
+            usage = json.loads(res.get("stdout") or "")
+        except ValueError:
+            continue
+        need = _workers.maru_pool_size(pair["a"]["worker"])
+        line = _maru.pool_space_problem(pair["maru_server"], usage if isinstance(usage, dict) else {}, need or 0,
+                                        "worker A %s/%s" % (pair["a"]["host"], pair["a"]["worker"]["name"]))
+        if line and line not in lines:
+            lines.append(line)
+    return lines
+
+
 def verify_pool_paths(hosts, hostvars):
     """[host, path] for every pool path (dynamo_worker_requires `path`, not a device) of the hosts."""
     out = []
@@ -246,6 +269,7 @@ class FilterModule:
             "unit_watch_line": unit_watch_line,
             "verify_diagnosis_units": verify_diagnosis_units,
             "verify_diagnosis": verify_diagnosis,
+            "verify_pool_space": verify_pool_space,
             "verify_pool_paths": verify_pool_paths,
             "format_text": format_text,
             "kv_share_pairs": kv_share_pairs,

@@ -101,6 +101,22 @@ def format_size(num_bytes):
     return str(num_bytes)
 
 
+def pool_space_problem(server_url, usage, need_bytes, who):
+    """A line when maru-server's pool cannot hold one more allocation of ``need_bytes``, else None.
+
+    ``usage`` is what ``python -m kvshare_maru_connector usage`` prints (pool_total, pool_free in
+    bytes); ``who`` names the worker that allocates ``need_bytes`` (its maru_pool_size).
+    """
+    total, free = usage.get("pool_total"), usage.get("pool_free")
+    if not isinstance(total, int) or not isinstance(free, int) or total <= 0 or free >= need_bytes:
+        return None
+    mib = 1024 * 1024
+    return ("maru-server %s: its pool is full: %d MiB free of %d MiB (%.1f %% used), less than the %d MiB "
+            "that %s allocates (maru_pool_size). The usual cause: regions that stopped workers still shared "
+            "stay allocated while maru-server runs; restart maru-server in a quiet window (docs/maru.md)"
+            % (server_url, free // mib, total // mib, 100.0 * (total - free) / total, need_bytes // mib, who))
+
+
 def effective_kv_chunk_tokens(kv_chunk_tokens, block_size=DEFAULT_BLOCK_SIZE):
     """Tokens per chunk after the connector aligns them down to the vLLM block size."""
     tokens = int(kv_chunk_tokens)

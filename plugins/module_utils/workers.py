@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils import maru as _maru
+
 ENGINES = ("vllm", "mocker")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,47}$")
 
@@ -385,6 +387,14 @@ def maru_server_url(worker):
     if extra is None:
         return None
     return str(extra.get("maru_server_url") or "tcp://localhost:5555")
+
+
+def maru_pool_size(worker):
+    """Bytes a MaruKVConnector worker allocates from the pool (maru_pool_size, upstream's 1G when unset), else None."""
+    extra = _maru_extra(worker)
+    if extra is None:
+        return None
+    return _maru.parse_size(extra.get("maru_pool_size") or "1G", "maru_pool_size")
 
 
 def maru_instance_id(worker):

@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import subprocess
 import time
 
@@ -438,4 +439,54 @@ def test_fault_11_verify_names_the_cause(stack, record):
                    for n in local), out[-4000:]
         assert re.search(r"maru-server tcp://\S+ is unreachable from the host of worker A", out), out[-4000:]
         record["note"] = "; ".join(sorted(set(re.findall(r"(?:pool unit|worker) \S+ on \S+: [^,'\"\]]+", out))))[:600]
+    finish(stack, record)
+
+
+# Takes (or gives back) all but `keep` bytes of the pool's free space under one instance id, the
+# way a worker's connector allocates its region; run with the Dynamo venv's Python on A's host.
+POOL_HOG = r"""
+import json, sys
+from maru_handler.rpc_client import RpcClient
+url, op, arg = sys.argv[1:4]
+c = RpcClient(url, timeout_ms=5000)
+c.connect()
+try:
+    if op == "take":
+        size = (c.get_usage().pool_free - int(arg)) // (2 << 20) * (2 << 20)
+        r = c.request_alloc("kvshare-fault-hog", size)
+        print(json.dumps({"ok": r.success, "size": size, "region": r.handle.region_id if r.success else None,
+                          "error": r.error}))
+    else:
+        print(json.dumps({"ok": c.return_alloc("kvshare-fault-hog", int(arg))}))
+finally:
+    c.close()
+"""
+
+
+def test_fault_12_pool_full(stack, record):
+    """the Maru pool full (its free space held by another instance) when worker A restarts: verify.yml
+    fails naming the full pool, its free space and A's allocation; restarting maru-server recovers"""
+    hostname, worker = VLLM[0]
+    # The maru-server this worker uses, as its unit names it (the ExecStartPre readiness gate).
+    unit_text = F.sh(hostname, "systemctl cat dynamo-worker@%s" % worker["name"])
+    server = re.search(r"kvshare_maru_connector wait (tcp://\S+)", unit_text).group(1)
+    python = "/opt/dynamo/venvs/current/bin/python"
+    hog = "%s -c %s %s" % (python, shlex.quote(POOL_HOG), shlex.quote(server))
+    held = json.loads(F.sh(hostname, "%s take %d" % (hog, 64 << 20)))
+    assert held["ok"], held
+    pool_host = F.group("maru_pool")[0]
+    try:
+        F.sh(hostname, "systemctl restart dynamo-worker@%s" % worker["name"])
+        res, dummy = F.playbook("verify.yml", timeout=900)
+        out = res.stdout
+        assert res.returncode != 0, out[-3000:]
+        assert re.search(r"maru-server %s: its pool is full: \d+ MiB free of \d+ MiB \([\d.]+ %% used\), less than the "
+                         r"\d+ MiB that worker A \S+ allocates" % re.escape(server), out), out[-4000:]
+        record["note"] = re.search(r"maru-server \S+: its pool is full: [^,]+", out).group(0)[:300]
+    finally:
+        # The documented recovery (docs/maru.md): restart maru-server, which drops every region.
+        t0 = time.monotonic()
+        F.sh(pool_host, "systemctl restart maru-server")
+        F.wait_all_serving(timeout=300)
+        record["recovery_s"] = time.monotonic() - t0
     finish(stack, record)

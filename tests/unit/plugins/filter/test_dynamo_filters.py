@@ -228,3 +228,28 @@ def test_kv_share_pairs_resolve_the_workers_kv_pool():
     assert same["maru_server"] == "tcp://10.0.0.1:5555" and same["a_maru_instance_id"] == "p1-a"
     # without groups the pool cannot be found: the workers count as written (no pool)
     assert f.kv_share_pairs(["p1", "w1"], hostvars) == []
+
+
+def _usage_result(pair, total, free, rc=0):
+    return {"item": {"item": pair}, "rc": rc, "stdout": json.dumps({"pool_total": total, "pool_free": free})}
+
+
+def test_verify_pool_space_names_a_pool_too_full_for_worker_a():
+    mib = 1024 * 1024
+    worker = {"name": "vllm-a", "engine": "vllm", "model": "/m",
+              "kv_transfer_config": dict(MARU, kv_connector_extra_config=dict(MARU["kv_connector_extra_config"],
+                                                                             maru_pool_size="128M"))}
+    pair = {"a": {"host": "sb2", "worker": worker}, "maru_server": "tcp://10.0.0.1:5555"}
+    # The figures of 2026-12-01: 2 GiB pool, 110 MiB free, 128 MiB allocations failing.
+    (line,) = f.verify_pool_space([_usage_result(pair, 2048 * mib, 110 * mib)])
+    assert "tcp://10.0.0.1:5555" in line and "110 MiB free of 2048 MiB" in line and "94.6 % used" in line
+    assert "128 MiB" in line and "sb2/vllm-a" in line and "restart maru-server" in line
+    # Room for one more allocation, a failed probe, a skipped item: nothing to say.
+    assert f.verify_pool_space([_usage_result(pair, 2048 * mib, 128 * mib)]) == []
+    assert f.verify_pool_space([_usage_result(pair, 2048 * mib, 0, rc=1)]) == []
+    assert f.verify_pool_space([{"item": {"item": pair}, "skipped": True}]) == []
+    # Upstream's default maru_pool_size (1G) when the worker sets none.
+    default = dict(pair, a={"host": "sb2", "worker": {"name": "b", "engine": "vllm", "model": "/m",
+                                                      "kv_transfer_config": MARU}})
+    assert w.maru_pool_size(default["a"]["worker"]) == 1024 * mib
+    assert f.verify_pool_space([_usage_result(default, 2048 * mib, 512 * mib)])
