@@ -85,6 +85,13 @@ options:
             for the temporary file (as in C(ansible.builtin.template)); a non-zero exit leaves the
             file as it was and fails the task. Not run in check mode.
         type: str
+  absent:
+    description:
+      - Files and symbolic links to remove, after the files are written (a unit a disabled feature
+        no longer needs, say). A path that is not there is left alone; a directory is refused.
+    type: list
+    elements: path
+    default: []
 author:
   - kvshare.dynamo developers (@kvshare)
 """
@@ -104,7 +111,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 changed_paths:
-  description: The directories and files that were (or in check mode would be) created or changed.
+  description: The directories and files that were (or in check mode would be) created, changed or removed.
   returned: always
   type: list
   elements: str
@@ -215,6 +222,23 @@ def ensure_file(entry, check_mode, run_command=None):
     return True, old
 
 
+def ensure_absent(path, check_mode):
+    """(changed, the old content of a regular file or None) for a path that must not exist."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False, None
+    if stat.S_ISDIR(st.st_mode):
+        raise EntryError("%s is a directory; absent removes files and links only" % path)
+    old = None
+    if stat.S_ISREG(st.st_mode):
+        with open(path, "rb") as handle:
+            old = handle.read()
+    if not check_mode:
+        os.unlink(path)
+    return True, old
+
+
 def manage(module):
     """The module's result for its parameters (raises EntryError on a bad entry)."""
     check = module.check_mode
@@ -235,6 +259,14 @@ def manage(module):
                           "after": entry["content"]})
         if not check and module.selinux_enabled():
             module.set_default_selinux_context(entry["path"], False)
+    for path in module.params["absent"]:
+        changed, old = ensure_absent(path, check)
+        if not changed:
+            continue
+        changed_paths.append(path)
+        if module._diff:
+            diffs.append({"before_header": path, "after_header": "%s (absent)" % path,
+                          "before": old.decode("utf-8", "replace") if old is not None else "", "after": ""})
     result = {"changed": bool(changed_paths), "changed_paths": changed_paths, "changed_labels": changed_labels}
     if diffs:
         result["diff"] = diffs
@@ -253,6 +285,7 @@ def main():
                 path=dict(type="path", required=True), content=dict(type="str", required=True),
                 owner=owner, group=group, mode=dict(type="str", required=True), label=dict(type="str"),
                 validate=dict(type="str"))),
+            absent=dict(type="list", elements="path", default=[]),
         ),
         supports_check_mode=True,
     )

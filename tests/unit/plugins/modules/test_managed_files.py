@@ -129,3 +129,20 @@ def test_validate_without_placeholder_fails_before_writing(tmp_path, capsys):
     with open(conf + "/svc.env") as handle:
         assert handle.read() == "A=1\n"
     assert sorted(os.listdir(conf)) == ["key.pem", "svc.env"]
+
+
+def test_absent_removes_files_and_links_once_and_refuses_directories(tmp_path, capsys):
+    unit, link, gone = tmp_path / "acs.service", tmp_path / "wants-acs.service", tmp_path / "never-there"
+    unit.write_text("[Unit]\n")
+    link.symlink_to(unit)
+    args = {"absent": [str(unit), str(link), str(gone)]}
+    rc, out = run(args, capsys, check=True)
+    assert rc == 0 and out["changed_paths"] == [str(unit), str(link)] and unit.exists() and os.path.lexists(link)
+    rc, out = run(args, capsys, diff=True)
+    assert rc == 0 and out["changed"] is True and out["changed_paths"] == [str(unit), str(link)]
+    assert not os.path.lexists(unit) and not os.path.lexists(link)
+    assert out["diff"][0]["before"] == "[Unit]\n" and out["diff"][0]["after"] == ""
+    rc, out = run(args, capsys)
+    assert rc == 0 and out["changed"] is False
+    rc, out = run({"absent": [str(tmp_path)]}, capsys)
+    assert rc == 1 and "is a directory" in out["msg"] and tmp_path.is_dir()
