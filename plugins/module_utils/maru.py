@@ -112,8 +112,9 @@ def pool_space_problem(server_url, usage, need_bytes, who):
         return None
     mib = 1024 * 1024
     return ("maru-server %s: its pool is full: %d MiB free of %d MiB (%.1f %% used), less than the %d MiB "
-            "that %s allocates (maru_pool_size). The usual cause: regions that stopped workers still shared "
-            "stay allocated while maru-server runs; restart maru-server in a quiet window (docs/maru.md)"
+            "that %s allocates (maru_pool_size). The usual cause: regions of stopped workers that another "
+            "worker still maps stay allocated; in a quiet window restart maru-server, then every worker "
+            "of the pool on the other hosts (docs/maru.md)"
             % (server_url, free // mib, total // mib, 100.0 * (total - free) / total, need_bytes // mib, who))
 
 
