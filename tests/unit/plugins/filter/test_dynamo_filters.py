@@ -236,9 +236,9 @@ def _usage_result(pair, total, free, rc=0):
 
 def test_verify_pool_space_names_a_pool_too_full_for_worker_a():
     mib = 1024 * 1024
+    extra = dict(MARU["kv_connector_extra_config"], maru_pool_size="128M")
     worker = {"name": "vllm-a", "engine": "vllm", "model": "/m",
-              "kv_transfer_config": dict(MARU, kv_connector_extra_config=dict(MARU["kv_connector_extra_config"],
-                                                                             maru_pool_size="128M"))}
+              "kv_transfer_config": dict(MARU, kv_connector_extra_config=extra)}
     pair = {"a": {"host": "sb2", "worker": worker}, "maru_server": "tcp://10.0.0.1:5555"}
     # The figures of 2026-12-01: 2 GiB pool, 110 MiB free, 128 MiB allocations failing.
     (line,) = f.verify_pool_space([_usage_result(pair, 2048 * mib, 110 * mib)])
