@@ -1,0 +1,255 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
+"""A role's converged state on a host: the stamp a full run records, and the comparison a re-run makes.
+
+A full run of a role ends by recording, in one file per role, a digest of every input the run had
+(one digest per variable, so a difference can be named) and a fingerprint of what the role manages
+on the host: its files (content, mode, owner), whole configuration directories (so a stray new file
+shows), its units (loaded, active, enabled, and the invocation: a restart is a new invocation), its
+packages, users, groups and kernel modules. The next run compares; only when nothing differs may the
+role skip its body. Pure functions here (unit-tested); the module only reads the host and writes.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import grp
+import hashlib
+import json
+import os
+import pwd
+import stat
+
+STAMP_VERSION = 1
+# Drift lines shown in full; the rest is counted.
+MAX_DRIFT_LINES = 12
+UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "UnitFileState", "InvocationID", "FragmentPath",
+                   "DropInPaths")
+# Unit fields compared, with how a difference reads.
+UNIT_FIELDS = (
+    ("load", "its unit file is now %s (was %s)"),
+    ("active", "it is now %s (was %s)"),
+    ("enabled", "it is now %s at boot (was %s)"),
+    ("invocation", "it was restarted since the last full run (invocation %s, was %s)"),
+    ("fragment", "its unit file is now %s (was %s)"),
+    ("dropins", "its drop-ins are now %s (was %s)"),
+)
+
+
+def value_digest(value):
+    """A short digest of any JSON-able value (mappings in key order; anything else by its text)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def _owner(st):
+    return "%d:%d" % (st.st_uid, st.st_gid)
+
+
+def path_fingerprint(path):
+    """One line for a path: its kind, and its content digest (files), target (links), mode and owner."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "absent"
+    except OSError as exc:
+        return "unreadable (%s)" % exc.strerror
+    mode = "%04o" % stat.S_IMODE(st.st_mode)
+    if stat.S_ISLNK(st.st_mode):
+        return "link -> %s" % os.readlink(path)
+    if stat.S_ISDIR(st.st_mode):
+        return "dir mode=%s owner=%s" % (mode, _owner(st))
+    if stat.S_ISREG(st.st_mode):
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+        except OSError as exc:
+            return "unreadable (%s)" % exc.strerror
+        return "file sha256=%s mode=%s owner=%s" % (digest.hexdigest()[:16], mode, _owner(st))
+    return "special mode=%s owner=%s" % (mode, _owner(st))
+
+
+def tree_fingerprint(root):
+    """{path: fingerprint} for a directory and everything under it (links not followed)."""
+    found = {root: path_fingerprint(root)}
+    if not found[root].startswith("dir "):
+        return found
+    for top, dirs, files in os.walk(root, onerror=None, followlinks=False):
+        dirs.sort()
+        for name in sorted(dirs) + sorted(files):
+            full = os.path.join(top, name)
+            found[full] = path_fingerprint(full)
+    return found
+
+
+def parse_systemctl_show(text, units):
+    """{unit: fingerprint} from `systemctl show --property=... u1 u2 ...` (blocks in argument order)."""
+    blocks, current = [], {}
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        key, dummy, value = line.partition("=")
+        current[key] = value
+    if current:
+        blocks.append(current)
+    result = {}
+    for index, unit in enumerate(units):
+        props = blocks[index] if index < len(blocks) else {}
+        result[unit] = unit_fingerprint(props)
+    return result
+
+
+def unit_fingerprint(props):
+    fields = (
+        ("load", props.get("LoadState", "") or "unknown"),
+        ("active", props.get("ActiveState", "") or "unknown"),
+        ("enabled", props.get("UnitFileState", "") or "-"),
+        ("invocation", props.get("InvocationID", "") or "-"),
+        ("fragment", props.get("FragmentPath", "") or "-"),
+        ("dropins", " ".join(sorted(props.get("DropInPaths", "").split())) or "-"),
+    )
+    return " ".join("%s=%s" % (key, value.replace(" ", ",")) for key, value in fields)
+
+
+def parse_dpkg_query(text, packages):
+    """{name: 'installed VERSION' | 'not installed'} from dpkg-query -W -f '${Package}\\t${db:Status-Abbrev}\\t${Version}\\n'."""
+    seen = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        if len(parts) == 3:
+            seen[parts[0]] = (parts[1].strip(), parts[2])
+    result = {}
+    for name in packages:
+        base = package_base(name)
+        status, version = seen.get(base, ("", ""))
+        result[name] = ("installed %s" % version) if status.startswith("ii") else "not installed"
+    return result
+
+
+def package_base(name):
+    """The dpkg package name of an entry that may carry a version (=1.2) or an architecture (:amd64)."""
+    return name.split("=", 1)[0].split(":", 1)[0]
+
+
+def user_fingerprint(name):
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        return "absent"
+    return "uid=%d gid=%d home=%s shell=%s" % (entry.pw_uid, entry.pw_gid, entry.pw_dir, entry.pw_shell)
+
+
+def group_fingerprint(name):
+    try:
+        entry = grp.getgrnam(name)
+    except KeyError:
+        return "absent"
+    return "gid=%d members=%s" % (entry.gr_gid, ",".join(sorted(entry.gr_mem)) or "-")
+
+
+def loaded_modules(proc_modules_text):
+    return set(line.split(" ", 1)[0] for line in proc_modules_text.splitlines() if line.strip())
+
+
+def describe_state_difference(key, was, now):
+    """One drift line for a state entry (key 'kind:name') that differs between the stamp and now."""
+    kind, dummy, name = key.partition(":")
+    if kind == "unit":
+        old, new = _fields(was), _fields(now)
+        for field, text in UNIT_FIELDS:
+            if old.get(field) != new.get(field):
+                return "unit %s: %s" % (name, text % (new.get(field, "?"), old.get(field, "?")))
+        return "unit %s: %s (was %s)" % (name, now, was)
+    if kind == "path":
+        if now == "absent":
+            return "%s: missing" % name
+        if was is None:
+            return "%s: new (%s)" % (name, now.split(" ", 1)[0])
+        old, new = _fields(was), _fields(now)
+        if was.split(" ", 1)[0] != now.split(" ", 1)[0]:
+            return "%s: now %s (was %s)" % (name, now, was)
+        for field, label in (("sha256", "content changed"), ("mode", "mode"), ("owner", "owner")):
+            if old.get(field) != new.get(field):
+                if field == "sha256":
+                    return "%s: %s" % (name, label)
+                return "%s: %s %s (was %s)" % (name, label, new.get(field), old.get(field))
+        return "%s: now %s (was %s)" % (name, now, was)
+    if now is None:
+        return "%s %s: no longer checked" % (kind, name)
+    return "%s %s: now %s (was %s)" % (kind, name, now, was)
+
+
+def _fields(text):
+    out = {}
+    for part in (text or "").split(" "):
+        key, sep, value = part.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def compare(stamp, inputs, state):
+    """Drift lines between a stamp and this run's inputs and host state ([] when converged).
+
+    state holds the same keys as stamp['state'] (plus any new path found under a recorded tree).
+    """
+    lines = []
+    old_inputs = stamp.get("inputs") or {}
+    for name in sorted(set(old_inputs) | set(inputs)):
+        if name not in inputs:
+            lines.append("input %s: no longer set" % name)
+        elif name not in old_inputs:
+            lines.append("input %s: newly set" % name)
+        elif old_inputs[name] != inputs[name]:
+            lines.append("input %s: changed" % name)
+    old_state = stamp.get("state") or {}
+    for key in sorted(set(old_state) | set(state)):
+        was, now = old_state.get(key), state.get(key)
+        if was != now:
+            lines.append(describe_state_difference(key, was, now))
+    return lines
+
+
+def summarize(lines):
+    if len(lines) <= MAX_DRIFT_LINES:
+        return list(lines)
+    return list(lines[:MAX_DRIFT_LINES]) + ["... and %d more" % (len(lines) - MAX_DRIFT_LINES)]
+
+
+def validate_stamp(stamp, name):
+    """Why a stamp read from disk cannot be used ('' when it can)."""
+    if not isinstance(stamp, dict):
+        return "the record is not a mapping"
+    if stamp.get("version") != STAMP_VERSION:
+        return "the record has format %r, this collection writes %d" % (stamp.get("version"), STAMP_VERSION)
+    if stamp.get("name") != name:
+        return "the record names %r, not %r" % (stamp.get("name"), name)
+    if not isinstance(stamp.get("inputs"), dict) or not isinstance(stamp.get("state"), dict):
+        return "the record lacks its inputs or state"
+    return ""
+
+
+def stamp_document(name, inputs, state, recorded_at):
+    return {"version": STAMP_VERSION, "name": name, "recorded_at": recorded_at,
+            "inputs": dict(sorted(inputs.items())), "state": dict(sorted(state.items()))}
+
+
+def tracked(state):
+    """The paths, trees, units, packages, users, groups and modules a recorded state covers."""
+    out = {"paths": [], "trees": [], "units": [], "packages": [], "users": [], "groups": [], "kernel_modules": []}
+    kinds = {"path": "paths", "tree": "trees", "unit": "units", "package": "packages", "user": "users",
+             "group": "groups", "module": "kernel_modules"}
+    for key in state:
+        kind, dummy, name = key.partition(":")
+        if kind in kinds:
+            out[kinds[kind]].append(name)
+    return out

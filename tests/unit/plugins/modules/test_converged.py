@@ -1,0 +1,204 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
+"""Unit tests for the fast re-run's gate: plugins/modules/converged.py on a real temporary tree,
+plugins/module_utils/converged.py, and the action plugin's input digests."""
+import json
+import os
+import stat
+
+from ansible_collections.kvshare.dynamo.plugins.action import converged as action
+from ansible_collections.kvshare.dynamo.plugins.module_utils import converged as cv
+from ansible_collections.kvshare.dynamo.plugins.modules import converged
+from lib.unit import run_module
+
+INPUTS = {"etcd_version": "aaaa", "kvshare_fast_rerun": "bbbb"}
+
+
+def run(args, capsys, check=False):
+    if check:
+        args = dict(args, _ansible_check_mode=True)
+    return run_module(converged, args, capsys)
+
+
+def host(tmp_path):
+    """A role's files: a config directory walked whole, one file outside it, the stamp directory."""
+    conf = tmp_path / "etc" / "svc"
+    conf.mkdir(parents=True)
+    (conf / "svc.env").write_text("A=1\n")
+    os.chmod(conf / "svc.env", 0o640)
+    (conf / "svc.conf").write_text("port: 1\n")
+    unit = tmp_path / "svc.service"
+    unit.write_text("[Service]\nExecStart=/bin/true\n")
+    return {
+        "name": "svc",
+        "stamp_dir": str(tmp_path / "stamps"),
+        "trees": [str(conf)],
+        "paths": [str(unit)],
+        # bash is installed wherever these tests run; the other is not a package anywhere.
+        "packages": ["bash", "kvshare-no-such-package"],
+        "users": ["root", "kvshare-no-such-user"],
+        "groups": ["root"],
+    }
+
+
+def record(args, capsys, inputs=None):
+    rc, out = run(dict(args, state="record", inputs=inputs or INPUTS), capsys)
+    assert rc == 0 and out["changed"] is False and out["converged"] is True
+    return out
+
+
+def check(args, capsys, inputs=None):
+    rc, out = run({"name": args["name"], "stamp_dir": args["stamp_dir"], "inputs": inputs or INPUTS}, capsys)
+    assert rc == 0 and out["changed"] is False
+    return out
+
+
+def test_no_record_is_not_converged(tmp_path, capsys):
+    out = check(host(tmp_path), capsys)
+    assert out["converged"] is False
+    assert out["drift"] == ["no record of a full run of this role (the first run, or the last one did not finish)"]
+
+
+def test_record_then_check_is_converged_and_the_stamp_is_root_only(tmp_path, capsys):
+    args = host(tmp_path)
+    out = record(args, capsys)
+    assert out["stamp"] == args["stamp_dir"] + "/svc.json"
+    assert stat.S_IMODE(os.stat(out["stamp"]).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(args["stamp_dir"]).st_mode) == 0o700
+    with open(out["stamp"]) as handle:
+        stamp = json.load(handle)
+    assert stamp["state"]["package:bash"].startswith("installed ")
+    assert stamp["state"]["package:kvshare-no-such-package"] == "not installed"
+    assert stamp["state"]["user:kvshare-no-such-user"] == "absent"
+    assert stamp["state"]["path:%s/svc.env" % args["trees"][0]].startswith("file sha256=")
+    out = check(args, capsys)
+    assert out["converged"] is True and out["drift"] == []
+
+
+def test_each_kind_of_file_drift_is_named(tmp_path, capsys):
+    args = host(tmp_path)
+    record(args, capsys)
+    conf = args["trees"][0]
+    with open(conf + "/svc.conf", "w") as handle:
+        handle.write("port: 2\n")
+    os.chmod(conf + "/svc.env", 0o644)
+    with open(conf + "/stray.conf", "w") as handle:
+        handle.write("x\n")
+    os.unlink(args["paths"][0])
+    out = check(args, capsys)
+    assert out["converged"] is False
+    assert sorted(out["drift"]) == sorted([
+        "%s/svc.conf: content changed" % conf,
+        "%s/svc.env: mode 0644 (was 0640)" % conf,
+        "%s/stray.conf: new (file)" % conf,
+        "%s: missing" % args["paths"][0],
+    ])
+
+
+def test_each_kind_of_input_change_is_named(tmp_path, capsys):
+    args = host(tmp_path)
+    record(args, capsys)
+    out = check(args, capsys, inputs={"etcd_version": "cccc", "etcd_new": "dddd"})
+    assert out["converged"] is False
+    assert out["drift"] == ["input etcd_new: newly set", "input etcd_version: changed",
+                            "input kvshare_fast_rerun: no longer set"]
+
+
+def test_check_mode_records_nothing(tmp_path, capsys):
+    args = host(tmp_path)
+    rc, out = run(dict(args, state="record", inputs=INPUTS), capsys, check=True)
+    assert rc == 0 and not os.path.exists(out["stamp"])
+    assert check(args, capsys)["converged"] is False
+
+
+def test_a_stamp_of_another_format_or_garbage_is_not_trusted(tmp_path, capsys):
+    args = host(tmp_path)
+    out = record(args, capsys)
+    with open(out["stamp"]) as handle:
+        stamp = json.load(handle)
+    stamp["version"] = 0
+    with open(out["stamp"], "w") as handle:
+        json.dump(stamp, handle)
+    assert check(args, capsys)["drift"] == ["the record has format 0, this collection writes 1"]
+    with open(out["stamp"], "w") as handle:
+        handle.write("{not json")
+    drift = check(args, capsys)["drift"]
+    assert len(drift) == 1 and drift[0].startswith("the record %s cannot be read" % out["stamp"])
+
+
+def test_a_name_with_a_slash_is_refused(tmp_path, capsys):
+    rc, out = run({"name": "../etc/passwd", "stamp_dir": str(tmp_path)}, capsys)
+    assert rc == 1 and "is not a plain name" in out["msg"]
+
+
+SHOW = """Id=etcd.service
+LoadState=loaded
+ActiveState=active
+UnitFileState=enabled
+InvocationID=%s
+FragmentPath=/etc/systemd/system/etcd.service
+DropInPaths=/etc/systemd/system/etcd.service.d/b.conf /etc/systemd/system/etcd.service.d/a.conf
+
+Id=gone.service
+LoadState=not-found
+ActiveState=inactive
+UnitFileState=
+InvocationID=
+FragmentPath=
+DropInPaths=
+"""
+
+
+def test_units_are_read_in_argument_order_and_a_restart_is_named():
+    before = cv.parse_systemctl_show(SHOW % "aaa", ["etcd.service", "gone.service"])
+    assert before["etcd.service"] == (
+        "load=loaded active=active enabled=enabled invocation=aaa fragment=/etc/systemd/system/etcd.service"
+        " dropins=/etc/systemd/system/etcd.service.d/a.conf,/etc/systemd/system/etcd.service.d/b.conf")
+    assert before["gone.service"] == "load=not-found active=inactive enabled=- invocation=- fragment=- dropins=-"
+    after = cv.parse_systemctl_show(SHOW % "bbb", ["etcd.service", "gone.service"])
+    stamp = cv.stamp_document("etcd", {}, {"unit:" + k: v for k, v in before.items()}, "t")
+    assert cv.compare(stamp, {}, {"unit:" + k: v for k, v in after.items()}) == [
+        "unit etcd.service: it was restarted since the last full run (invocation bbb, was aaa)"]
+    failed = dict(after, **{"etcd.service": after["etcd.service"].replace("active=active", "active=failed")})
+    assert cv.compare(stamp, {}, {"unit:" + k: v for k, v in failed.items()})[0] == (
+        "unit etcd.service: it is now failed (was active)")
+
+
+def test_packages_with_a_version_or_an_architecture_are_read_by_their_base_name():
+    text = "etcd-server\tii \t3.5.16\ncurl\tun \t\n"
+    assert cv.parse_dpkg_query(text, ["etcd-server=3.5.16", "curl", "libfoo:amd64"]) == {
+        "etcd-server=3.5.16": "installed 3.5.16", "curl": "not installed", "libfoo:amd64": "not installed"}
+
+
+def test_long_drift_is_capped_with_a_count():
+    lines = ["line %d" % index for index in range(20)]
+    assert cv.summarize(lines) == lines[:12] + ["... and 8 more"]
+
+
+def test_the_collection_digest_follows_every_file_but_bytecode(tmp_path):
+    roles = tmp_path / "roles"
+    (roles / "r" / "tasks").mkdir(parents=True)
+    (roles / "r" / "tasks" / "main.yml").write_text("---\n")
+    first = action.tree_digest([str(roles)])
+    (roles / "r" / "__pycache__").mkdir()
+    (roles / "r" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    assert action.tree_digest([str(roles)]) == first
+    (roles / "r" / "tasks" / "main.yml").write_text("---\n# edited\n")
+    assert action.tree_digest([str(roles)]) != first
+    assert action.tree_digest([str(tmp_path / "nowhere")]) != action.tree_digest([str(tmp_path / "elsewhere")])
+
+
+def test_run_whole_overrides_a_matching_stamp(tmp_path, capsys):
+    args = host(tmp_path)
+    record(args, capsys)
+    rc, out = run({"name": "svc", "stamp_dir": args["stamp_dir"], "inputs": INPUTS,
+                   "run_whole": ["etcd_wipe_data is true"]}, capsys)
+    assert rc == 0 and out["converged"] is False and out["drift"] == ["etcd_wipe_data is true"]
+
+
+def test_a_run_limited_by_tags_neither_skips_nor_records():
+    assert action.limited_by_tags(["all"], []) is False
+    assert action.limited_by_tags(["etcd_pki"], []) is True
+    assert action.limited_by_tags(["all"], ["summary"]) is True
