@@ -124,6 +124,7 @@ def host_vars(tmp, name, topology, **extra):
         "__rdma_ucx_grub_dropin": base + "/etc/default/grub.d/90-kvshare-gpudirect.cfg",
         "__rdma_ucx_state_dir": base + "/var/lib/kvshare",
         "__rdma_ucx_systemd_unit_dir": base + "/etc/systemd/system",
+        "kvshare_converged_dir": base + "/var/lib/kvshare/converged",
     }
     hv.update(extra)
     return hv
@@ -174,13 +175,13 @@ def test_role_two_nodes(tmp_path):
     assert "passed | gpus" not in out
 
 
-def run_playbook(tmp_path, inventory):
+def run_playbook(tmp_path, inventory, *extra):
     inv = tmp_path / "inventory.json"
     inv.write_text(json.dumps(inventory))
     play = tmp_path / "play.yml"
     play.write_text(PLAYBOOK)
     env = render_lib.ansible_env(tmp_path)
-    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv), str(play)]
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(inv), str(play)] + list(extra)
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -221,7 +222,13 @@ def test_role_is_idempotent(tmp_path):
     inventory = {"all": {"children": {"kvcr": {"hosts": hosts}}}}
     first = run_playbook(tmp_path, inventory)
     assert first.returncode == 0, first.stdout[-4000:]
-    second = run_playbook(tmp_path, inventory)
+    # The role's whole body again (the fast re-run off): nothing to change.
+    second = run_playbook(tmp_path, inventory, "-e", "kvshare_fast_rerun=false")
     assert second.returncode == 0, second.stdout[-4000:]
     recap = [line for line in second.stdout.splitlines() if line.startswith("node1 ")]
     assert recap and "changed=0" in recap[0], recap
+    # The fast re-run: the record of the whole run matches, so the body is skipped.
+    third = run_playbook(tmp_path, inventory)
+    assert third.returncode == 0, third.stdout[-4000:]
+    body = third.stdout.split("Install, configure, load and verify the RDMA/UCX host setup]", 1)[1]
+    assert body.lstrip("* \n").startswith("skipping: [node1]"), body[:400]
