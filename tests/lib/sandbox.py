@@ -219,6 +219,16 @@ class Sandbox:
                              % (" ".join(args), res.returncode, took, res.stdout, res.stderr))
         return res, took
 
+    def playbook_json(self, *args, timeout=1500, env=None, log=None):
+        """playbook() with the ansible.posix.json callback: (CompletedProcess, its document or None)."""
+        res, dummy = self.playbook(*args, timeout=timeout, log=log,
+                                   env=dict(env or {}, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"))
+        try:
+            doc, dummy = json.JSONDecoder().raw_decode(res.stdout[res.stdout.index("{"):])
+        except ValueError:
+            doc = None
+        return res, doc
+
     def popen_playbook(self, *args, env=None):
         """ansible-playbook started in its own process group, output (merged) on .stdout as it comes."""
         cmd = [os.path.join(BIN, "ansible-playbook"), "-i", self.inventory] + list(args)

@@ -1,0 +1,76 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
+"""The fast re-run on the converged sandbox (kvshare.dynamo.converged, docs/performance.md).
+
+Molecule's idempotence step re-runs site.yml with the fast path, which skips each role's body; the
+whole bodies' idempotence is proven here with kvshare_fast_rerun=false. Then drift on one host (a
+file the rdma_ucx role writes, removed by hand; it restarts nothing) must make that role, and only
+that role, run whole and repair it, and the run after that must skip every body again.
+"""
+from conftest import group, SB
+
+# The include of each role's body (tasks/main.yml), by role.
+BODIES = {
+    "rdma_ucx": "Install, configure, load and verify the RDMA/UCX host setup",
+    "maru_pool": "Install, configure and start the pool",
+    "etcd": "Install, configure and start etcd (every member, or none)",
+    "dynamo_runtime": "Install the service user and the pinned environment",
+    "etcd_client": "Issue the certificate, run the proxy and write the environment file",
+    "dynamo_frontend": "Configure and start the frontend",
+    "dynamo_worker": "Check the pool, configure the units, start the workers wave by wave, each proven ready",
+}
+
+
+def body_runs(doc):
+    """{role: hosts whose body ran} from a json callback document."""
+    ran = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            name = task["task"]["name"]
+            for role, body in BODIES.items():
+                if name == "kvshare.dynamo.%s : %s" % (role, body):
+                    hosts = sorted(h for h, res in task["hosts"].items() if not res.get("skipped"))
+                    ran.setdefault(role, [])
+                    ran[role] += hosts
+    return ran
+
+
+def drift_lines(doc, role):
+    lines = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"] == "kvshare.dynamo.%s : Compare the host with the last whole run of this role" % role:
+                for host, res in task["hosts"].items():
+                    lines[host] = res.get("drift")
+    return lines
+
+
+def changed(doc):
+    return {host: stats["changed"] for host, stats in doc["stats"].items() if stats.get("changed")}
+
+
+def test_whole_bodies_change_nothing_on_a_converged_stack():
+    res, doc = SB.playbook_json("site.yml", "-e", "kvshare_fast_rerun=false", log="site-whole")
+    assert res.returncode == 0 and doc is not None, res.stdout[-3000:] + res.stderr[-2000:]
+    assert changed(doc) == {}
+    assert set(body_runs(doc)) == set(BODIES) and all(body_runs(doc).values())
+
+
+def test_a_removed_file_runs_its_role_whole_and_only_that_role():
+    host = group("rdma_ucx")[0]
+    env_dir = SB.hostvars[host].get("rdma_ucx_env_dir", "/etc/kvshare/ucx")
+    before = SB.podman_exec(host, "cat %s/gpu0.env" % env_dir)
+    SB.podman_exec(host, "rm %s/gpu0.env" % env_dir)
+    res, doc = SB.playbook_json("site.yml", log="site-drift")
+    assert res.returncode == 0 and doc is not None, res.stdout[-3000:] + res.stderr[-2000:]
+    assert SB.podman_exec(host, "cat %s/gpu0.env" % env_dir) == before
+    assert drift_lines(doc, "rdma_ucx")[host] == ["%s/gpu0.env: missing" % env_dir]
+    assert changed(doc) == {host: 1}
+    assert {role: hosts for role, hosts in body_runs(doc).items() if hosts} == {"rdma_ucx": [host]}
+
+    res, doc = SB.playbook_json("site.yml", log="site-fast")
+    assert res.returncode == 0 and doc is not None, res.stdout[-3000:] + res.stderr[-2000:]
+    assert changed(doc) == {}
+    assert {role: hosts for role, hosts in body_runs(doc).items() if hosts} == {}
