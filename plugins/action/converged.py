@@ -28,7 +28,9 @@ INPUT_NAME = re.compile(r"^(kvshare|etcd|dynamo|maru_pool|kvcr|rdma_ucx|firewall
 # Switches of the run itself, not of what it converges to.
 NOT_INPUTS = frozenset(["kvshare_fast_rerun", "kvshare_converged_dir",
                         # Facts a role's body sets for itself: unset while a fast re-run skips it.
-                        "maru_pool_pools", "rdma_ucx_reboot_required", "rdma_ucx_verify_report"])
+                        "maru_pool_pools", "rdma_ucx_reboot_required", "rdma_ucx_verify_report",
+                        # What validation read on the host (state, fingerprinted where a role owns it).
+                        "dynamo_runtime_account"])
 # Host facts the roles read (os_family for package names, the vCPU count for worker threads, the
 # GPU topology for pinning) or that a different host behind the same name would change.
 FACTS = ("os_family", "distribution", "distribution_version", "architecture", "kernel", "processor_vcpus",
