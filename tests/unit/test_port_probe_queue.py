@@ -1,0 +1,94 @@
+# Copyright (c) 2026 kvshare.dynamo developers
+# Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
+# SPDX-License-Identifier: Apache-2.0
+# (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
+"""validate.yml's one port probe per host (plugins/action/port_clash_check.py), run for real.
+
+A local play queues two roles' port checks the way validate.yml does, then probes the queue in
+one module run while this test holds one of the ports: the clash is named with the variable the
+queued check gave it, and the queued checks started no module on the host.
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import render_lib
+
+PLAY = """
+- name: Queue two port checks, then probe them in one module run
+  hosts: local
+  gather_facts: false
+  vars:
+    __kvshare_port_probe_queue: true
+  tasks:
+    - name: First role's check (queued)
+      kvshare.dynamo.port_clash_check:
+        host: "{{ inventory_hostname }}"
+        ports: [{port: %(free)d, address: 127.0.0.1, variable: first_free_port}]
+      register: first
+
+    - name: Second role's check (queued)
+      kvshare.dynamo.port_clash_check:
+        host: "{{ inventory_hostname }}"
+        ports: [{port: %(taken)d, address: 127.0.0.1, variable: second_taken_port}]
+      register: second
+
+    - name: Show what was queued
+      ansible.builtin.debug:
+        var: __kvshare_port_requests
+
+    - name: Probe the queue in one module run
+      kvshare.dynamo.port_clash_check:
+        host: "{{ inventory_hostname }}"
+        ports: "{{ __kvshare_port_requests }}"
+      vars:
+        __kvshare_port_probe_queue: false
+"""
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) is None,
+                    reason="ansible-playbook not in the venv")
+def test_queued_checks_probe_once_and_name_the_clash(tmp_path):
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    taken = listener.getsockname()[1]
+    free = free_port()
+    inventory = {"all": {"hosts": {"local": {"ansible_connection": "local",
+                                             "ansible_python_interpreter": sys.executable}}}}
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(PLAY % {"free": free, "taken": taken})
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),
+           str(tmp_path / "play.yml")]
+    env = render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    try:
+        proc = subprocess.run(cmd, cwd=render_lib.REPO, env=env, capture_output=True, text=True, timeout=120,
+                              check=False)
+    finally:
+        listener.close()
+    assert proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    first, second, shown, probe = [task["hosts"]["local"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]]
+    # The queued checks started no module on the host: they list no listener and queue their ports.
+    for queued in (first, second):
+        assert queued["msg"] == "queued 1 port(s) for validation's one port probe of this host", queued
+        assert "listeners" not in queued and not queued.get("failed")
+    queue = shown["__kvshare_port_requests"]
+    assert [(int(p["port"]), p["variable"]) for p in queue] == [(free, "first_free_port"), (taken, "second_taken_port")]
+    # One module run probes both and names the taken port with the variable its check gave it.
+    assert probe["failed"] is True
+    assert [(c["port"], c["variable"]) for c in probe["clashes"]] == [(taken, "second_taken_port")]
+    assert probe["msg"].startswith("port clash on local: second_taken_port %d is held by python" % taken), probe["msg"]
+    # The queue is emptied once probed (a second validation in the same run starts afresh).
+    assert probe["ansible_facts"] == {"__kvshare_port_requests": []}
