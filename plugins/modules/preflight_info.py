@@ -23,7 +23,7 @@ author:
 options:
   paths:
     description:
-      - Paths to look up (symbolic links followed; C(~) expanded). The result is keyed by the path as given.
+      - Absolute paths to look up (symbolic links followed). The result is keyed by the path as given.
     type: list
     elements: str
     default: []
@@ -62,7 +62,6 @@ from ansible.module_utils.basic import AnsibleModule
 
 
 def path_info(path):
-    path = os.path.expanduser(path)
     return {"exists": os.path.exists(path), "isdir": os.path.isdir(path)}
 
 
