@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.module_utils import day2 as _day2
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_day2 = load("day2")
 
 
 def worker_restart_groups(workers, unit="worker", names=None):

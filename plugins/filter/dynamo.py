@@ -10,11 +10,13 @@ import json
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
-from ansible_collections.kvshare.dynamo.plugins.module_utils import maru as _maru
-from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
-from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
-from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_kv_pools = load("kv_pools")
+_maru = load("maru")
+_stack = load("stack")
+_unit_watch = load("unit_watch")
+_workers = load("workers")
 
 
 def worker_start_waves(workers):

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_stack = load("stack")
 
 DOCUMENTATION = r"""
 name: etcd_client_urls

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 
 from ansible.errors import AnsibleError, AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_fw = load("firewall")
 
 
 def role_defaults(service_defaults):

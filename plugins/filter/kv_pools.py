@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_kv_pools = load("kv_pools")
 
 
 def kv_pool_workers(workers, host, hostvars, groups):

@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_kvcr = load("kvcr")
+_stack = load("stack")
 
 
 def kvcr_cache_owner_id(slot, slot_count, prefix):
@@ -83,8 +85,13 @@ def kvcr_ucx_envs(gpus, plan=None, overrides=None, tls="", extra_env=None, files
     return _kvcr.ucx_envs(list(gpus or []), plan, overrides, tls, extra_env, files)
 
 
-def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=_kvcr.REQUIRED_UCX_TLS):
-    """Why the KVCR worker's GPUs on host would not use RDMA (each message names the GPU and the host)."""
+def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=None):
+    """Why the KVCR worker's GPUs on host would not use RDMA (each message names the GPU and the host).
+
+    ``required_tls`` defaults to the module_utils' REQUIRED_UCX_TLS (read at the call: module_utils
+    load on first use)."""
+    if required_tls is None:
+        required_tls = _kvcr.REQUIRED_UCX_TLS
     return _kvcr.rdma_transport_errors(host, [str(g) for g in gpus or []], dict(envs or {}), required_tls)
 
 

@@ -12,7 +12,9 @@ Collection roles cannot carry their own filter_plugins, hence this collection-le
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.module_utils import maru
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+maru = load("maru")
 
 
 def _wrap(func):

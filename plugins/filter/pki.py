@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.module_utils import pki as _pki
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_pki = load("pki")
 
 
 def pki_problems(spec):

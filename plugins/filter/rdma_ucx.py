@@ -7,8 +7,10 @@ plugins/module_utils/rdma_ucx.py (the reports)."""
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import rdma_ucx as _rdma_ucx
-from ansible_collections.kvshare.dynamo.plugins.module_utils import topology as _topology
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_rdma_ucx = load("rdma_ucx")
+_topology = load("topology")
 
 
 def rdma_ucx_gpu_plan(topology, hca_overrides):

@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_stack = load("stack")
 
 
 def host_address(host, hostvars):
@@ -14,9 +16,10 @@ def host_address(host, hostvars):
     return _stack.host_address(hostvars, host)
 
 
-def frontend_url(groups, hostvars, group=_stack.FRONTEND_GROUP):
-    """``http://<address>:<port>`` of the first host of the frontend group ('' when there is none)."""
-    return _stack.frontend_url(hostvars, groups, group)
+def frontend_url(groups, hostvars, group=None):
+    """``http://<address>:<port>`` of the first host of the frontend group ('' when there is none;
+    ``group`` defaults to module_utils' FRONTEND_GROUP)."""
+    return _stack.frontend_url(hostvars, groups, _stack.FRONTEND_GROUP if group is None else group)
 
 
 class FilterModule:

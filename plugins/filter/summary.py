@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
-from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_kv_pools = load("kv_pools")
+_stack = load("stack")
 
 
 def _table(rows):

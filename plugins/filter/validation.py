@@ -7,10 +7,12 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
-from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
-from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
-from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
+
+_kv_pools = load("kv_pools")
+_ports = load("ports")
+_stack = load("stack")
+_workers = load("workers")
 
 
 def worker_port_requests(workers, bind_address):
