@@ -17,13 +17,14 @@ from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils i
 maru = load("maru")
 
 
-def _wrap(func):
+def _wrap(name):
+    """maru.<name> as a filter; looked up at the call, so that listing the filters imports nothing."""
     def inner(*args, **kwargs):
         try:
-            return func(*args, **kwargs)
+            return getattr(maru, name)(*args, **kwargs)
         except maru.MaruConfigError as exc:
             raise AnsibleFilterError(str(exc))
-    inner.__name__ = func.__name__
+    inner.__name__ = name
     return inner
 
 
@@ -34,7 +35,7 @@ def clash_text(clash, variable):
 class FilterModule(object):
     def filters(self):
         return {
-            "maru_pool_port_clashes": _wrap(maru.port_clashes),
-            "maru_pool_parse_size": _wrap(maru.parse_size),
+            "maru_pool_port_clashes": _wrap("port_clashes"),
+            "maru_pool_parse_size": _wrap("parse_size"),
             "maru_pool_clash_text": clash_text,
         }
