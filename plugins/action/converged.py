@@ -17,6 +17,7 @@ __metaclass__ = type
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 
 from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
@@ -87,13 +88,23 @@ class ActionModule(ActionBase):
         # Other hosts' addresses as the roles derive them (their etcd_member export; the play's
         # hosts' default IPv4), for a value another host's facts decide.
         hostvars = task_vars.get("hostvars") or {}
+        # Each hostvars[host] lookup computes all of that host's variables (and templates the whole
+        # value read): read each host once, untemplated, and template only the small export.
+        raw_get = getattr(hostvars, "raw_get", hostvars.get)
+        raw = {}
+
+        def peer(host):
+            if host not in raw:
+                found_vars = raw_get(host)
+                raw[host] = found_vars if isinstance(found_vars, Mapping) else {}
+            return raw[host]
         peers = []
         for host in sorted(self._value(task_vars.get("ansible_play_hosts_all", [])) or []):
-            peer = hostvars.get(host) or {}
-            peer_facts = self._value(peer.get("ansible_facts", {})) or {}
+            # Facts are module output, never templates.
+            peer_facts = peer(host).get("ansible_facts") or {}
             peers.append([host, (peer_facts.get("default_ipv4") or {}).get("address")])
         for host in sorted(self._value(task_vars.get("groups", {})).get("all", [])):
-            peers.append([host, self._value((hostvars.get(host) or {}).get("etcd_member"))])
+            peers.append([host, self._value(peer(host).get("etcd_member"))])
         found["__peers__"] = cv.value_digest(peers)
         sources = [str(source) for source in self._value(task_vars.get("ansible_inventory_sources", [])) or []]
         found["__inventory__"] = tree_digest(sources)
