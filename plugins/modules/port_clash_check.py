@@ -59,6 +59,14 @@ options:
     description: The proc file system (a fake tree in tests).
     type: path
     default: /proc
+  from_queue:
+    description:
+      - Probe the ports that the port checks of this run queued (validate.yml sets
+        C(__kvshare_port_probe_queue), and each role's check queues its ports instead of probing), then
+        empty the queue. O(ports) is then ignored; with nothing queued no module runs.
+      - Handled by the action plugin; the module never receives it set.
+    type: bool
+    default: false
 author:
   - kvshare.dynamo developers (@kvshare)
 """
@@ -123,6 +131,7 @@ def main():
             host=dict(type="str", default=""),
             fail_on_clash=dict(type="bool", default=True),
             proc_root=dict(type="path", default="/proc"),
+            from_queue=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -40,14 +40,48 @@ PLAY = """
 
     - name: Show what was queued
       ansible.builtin.debug:
-        var: __kvshare_port_requests
+        msg: "{{ ansible_facts['__kvshare_port_requests'] }}"
 
     - name: Probe the queue in one module run
       kvshare.dynamo.port_clash_check:
         host: "{{ inventory_hostname }}"
-        ports: "{{ __kvshare_port_requests }}"
-      vars:
-        __kvshare_port_probe_queue: false
+        ports: []
+        from_queue: true
+"""
+
+# A run that queues and stops before its probe (validation failed in between), then a run that
+# queues nothing and probes: with a fact cache that persists, the first run's queue is still a fact.
+STOPPED_RUN = """
+- name: Queue a port check, then stop before the probe
+  hosts: local
+  gather_facts: false
+  vars:
+    __kvshare_port_probe_queue: true
+  tasks:
+    - name: A role's check (queued)
+      kvshare.dynamo.port_clash_check:
+        host: "{{ inventory_hostname }}"
+        ports: [{port: %(taken)d, address: 127.0.0.1, variable: stale_port}]
+
+    - name: Validation stops here
+      ansible.builtin.fail:
+        msg: stopped before the probe
+"""
+
+NEXT_RUN = """
+- name: Probe this run's queue (nothing queued)
+  hosts: local
+  gather_facts: false
+  tasks:
+    - name: Show the fact the cache kept
+      ansible.builtin.debug:
+        msg: "{{ ansible_facts['__kvshare_port_requests'] | default('none') }}"
+
+    - name: Probe the queue in one module run
+      kvshare.dynamo.port_clash_check:
+        host: "{{ inventory_hostname }}"
+        ports: []
+        from_queue: true
 """
 
 
@@ -84,11 +118,48 @@ def test_queued_checks_probe_once_and_name_the_clash(tmp_path):
     for queued in (first, second):
         assert queued["msg"] == "queued 1 port(s) for validation's one port probe of this host", queued
         assert "listeners" not in queued and not queued.get("failed")
-    queue = shown["__kvshare_port_requests"]
+    queue = shown["msg"]["ports"]
     assert [(int(p["port"]), p["variable"]) for p in queue] == [(free, "first_free_port"), (taken, "second_taken_port")]
     # One module run probes both and names the taken port with the variable its check gave it.
     assert probe["failed"] is True
     assert [(c["port"], c["variable"]) for c in probe["clashes"]] == [(taken, "second_taken_port")]
     assert probe["msg"].startswith("port clash on local: second_taken_port %d is held by python" % taken), probe["msg"]
     # The queue is emptied once probed (a second validation in the same run starts afresh).
-    assert probe["ansible_facts"] == {"__kvshare_port_requests": []}
+    assert probe["ansible_facts"]["__kvshare_port_requests"]["ports"] == []
+    assert probe["ansible_facts"]["__kvshare_port_requests"]["run"] == shown["msg"]["run"]
+
+
+def run_play(tmp_path, text, **env):
+    (tmp_path / "play.yml").write_text(text)
+    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),
+           str(tmp_path / "play.yml")]
+    env = render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", **env)
+    proc = subprocess.run(cmd, cwd=render_lib.REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return proc, json.loads(proc.stdout)["plays"][0]["tasks"]
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) is None,
+                    reason="ansible-playbook not in the venv")
+def test_a_queue_left_by_an_earlier_run_is_not_probed(tmp_path):
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    taken = listener.getsockname()[1]
+    inventory = {"all": {"hosts": {"local": {"ansible_connection": "local",
+                                             "ansible_python_interpreter": sys.executable}}}}
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    # The fact cache of the collection's ansible.cfg, in a directory of this test.
+    cache = dict(ANSIBLE_CACHE_PLUGIN="kvshare.dynamo.jsonfile_memo", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))
+    try:
+        stopped, dummy = run_play(tmp_path, STOPPED_RUN % {"taken": taken}, **cache)
+        assert stopped.returncode != 0
+        proc, (kept, probe) = run_play(tmp_path, NEXT_RUN, **cache)
+    finally:
+        listener.close()
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    # The cache kept the stopped run's queue (the port this test holds) ...
+    assert [p["variable"] for p in kept["hosts"]["local"]["msg"]["ports"]] == ["stale_port"]
+    # ... and the next run's probe ignores it: nothing was queued in this run.
+    assert probe["hosts"]["local"]["msg"] == "no port queued in this run"
+    assert not probe["hosts"]["local"].get("failed")
