@@ -40,6 +40,16 @@ DYN = "tcp/32768-60999"
 PROXY = "tcp/23790"   # the local etcd client proxy of every Dynamo host: loopback only (no source)
 
 
+@pytest.fixture(autouse=True)
+def no_fact_cache(monkeypatch):
+    """No facts from the checkout's cache (.ansible/facts of a sandbox run): the inventories' own variables only.
+
+    ansible.cfg names the collection's cache plugin, which this process (no collection loader) cannot load.
+    """
+    from ansible import constants
+    monkeypatch.setattr(constants, "CACHE_PLUGIN", "memory")
+
+
 def load(name, host_vars=None):
     loader = DataLoader()
     inventory = InventoryManager(loader=loader, sources=[os.path.join(REPO, "inventories", name)])
