@@ -58,6 +58,24 @@ def run(sb, *args, json_out=False):
     return elapsed, doc
 
 
+def cpu_now():
+    """(this process's reaped children's CPU seconds, the whole machine's busy CPU seconds): the
+    controller is ansible-playbook, a child; the machine adds the sandbox hosts, which share it."""
+    children = os.times()
+    with open("/proc/stat") as handle:
+        fields = [int(x) for x in handle.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return children.children_user + children.children_system, (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_since(before, wall):
+    """{controller_cpu_s, machine_cpu_s, machine_busy}: CPU seconds since cpu_now() gave `before`."""
+    after = cpu_now()
+    machine = after[1] - before[1]
+    return {"controller_cpu_s": round(after[0] - before[0], 1), "machine_cpu_s": round(machine, 1),
+            "machine_busy": round(machine / (wall * (os.cpu_count() or 1)), 2)}
+
+
 def changed_hosts(doc):
     return {host: stats["changed"] for host, stats in doc["stats"].items() if stats.get("changed")}
 
@@ -276,14 +294,21 @@ def host_scaling(sizes, runs, startup):
         forks = "--forks=%d" % max(20, size)
         must(sb.playbook("sandbox/create.yml", timeout=None)[0], "sandbox/create.yml (%d hosts)" % size)
         converge = run(sb, "site.yml", forks)[0]
-        times = []
+        times, cpu = [], []
         for number in range(runs):
+            before = cpu_now()
             took, doc = run(sb, "site.yml", forks, json_out=True)
+            cpu.append(cpu_since(before, took))
             assert not changed_hosts(doc), "%d hosts, re-run %d changed %s" % (size, number + 1, changed_hosts(doc))
             times.append(took)
-        out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge}
-        print("   %d hosts: converge %.1f s (untimed for the ratio), re-runs %s s (0 changed)"
-              % (size, converge, ", ".join("%.1f" % t for t in times)), flush=True)
+        out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge,
+                     "cpu": cpu, "controller_cpu_s": median([c["controller_cpu_s"] for c in cpu] or [None]),
+                     "machine_cpu_s": median([c["machine_cpu_s"] for c in cpu] or [None]),
+                     "machine_busy": median([c["machine_busy"] for c in cpu] or [None])}
+        print("   %d hosts: converge %.1f s (untimed for the ratio), re-runs %s s (0 changed); CPU s controller %s,"
+              " machine %s (busy %s of %d cores)"
+              % (size, converge, ", ".join("%.1f" % t for t in times), out[size]["controller_cpu_s"],
+                 out[size]["machine_cpu_s"], out[size]["machine_busy"], os.cpu_count() or 1), flush=True)
     return out, sb
 
 
@@ -377,9 +402,13 @@ def print_report(res):
         print("%-3s %-40s %8s  %-8s %s" % (r[0], r[1], fmt(r[2]), r[3], r[4]))
     if "hosts" in res:
         print("\nre-run of site.yml, mocker-only copy (median of %d; converge untimed)" % res["runs"])
-        print("%6s %10s  %s" % ("hosts", "re-run", "runs"))
+        print("CPU: seconds of the controller (ansible-playbook) and of the whole machine (controller and hosts,"
+              " which share its %d cores), and the machine's busy share of the run" % (os.cpu_count() or 1))
+        print("%6s %10s %15s %12s %6s  %s" % ("hosts", "re-run", "controller CPU", "machine CPU", "busy", "runs"))
         for size, row in sorted(res["hosts"].items(), key=lambda kv: int(kv[0])):
-            print("%6s %9.1fs  %s" % (size, row["rerun_s"], ", ".join("%.1f" % t for t in row["runs_s"])))
+            print("%6s %9.1fs %14ss %11ss %6s  %s" % (size, row["rerun_s"], fmt(row.get("controller_cpu_s"), "%.1f"),
+                                                   fmt(row.get("machine_cpu_s"), "%.1f"), fmt(row.get("machine_busy")),
+                                                   ", ".join("%.1f" % t for t in row["runs_s"])))
     if "workers" in res:
         w = res["workers"]
         print("\nworker start, readiness modules' own seconds (host %s, --startup-time %s s)" % (w["host"], res["startup_s"]))
