@@ -17,14 +17,16 @@ description:
     read or wrote in memory for the rest of the run.
   - "Why: ansible-core 2.19 wraps every persistent cache plugin in a proxy that JSON-decodes the
     host's whole fact set on each read. The controller reads a host's facts once per task and host
-    and again for every C(hostvars[host]) lookup, so with C(ansible.builtin.jsonfile) a third of a
-    no-op re-run's controller CPU went to decoding the same files (docs/performance.md)."
+    and again for every C(hostvars[host]) lookup, so with C(ansible.builtin.jsonfile) 14 % of a
+    no-op re-run's controller CPU went to decoding the same files (py-spy; docs/performance.md)."
   - This plugin declares itself not persistent so that core does not wrap it (as core's own
     C(memory) plugin does), and persists the files itself. Values are written as plain JSON, so
     facts read back in a later run carry no data tags (facts are never trusted templates).
   - Its files are not those of C(ansible.builtin.jsonfile); switching between the two gathers facts
     again once.
-author: kvshare.dynamo developers
+version_added: "0.3.0"
+author:
+  - kvshare.dynamo developers (@kvshare)
 options:
   _uri:
     required: true
