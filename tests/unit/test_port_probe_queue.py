@@ -91,29 +91,39 @@ def free_port():
         return sock.getsockname()[1]
 
 
-@pytest.mark.skipif(shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) is None,
-                    reason="ansible-playbook not in the venv")
-def test_queued_checks_probe_once_and_name_the_clash(tmp_path):
+def held_port():
+    """A listening socket on a free loopback port (the test's own process holds it): (socket, port)."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
     listener.listen(1)
-    taken = listener.getsockname()[1]
-    free = free_port()
+    return listener, listener.getsockname()[1]
+
+
+def run_play(tmp_path, text, **env):
+    """ansible-playbook of `text` on one local host (this interpreter): (CompletedProcess, the first play's tasks)."""
     inventory = {"all": {"hosts": {"local": {"ansible_connection": "local",
                                              "ansible_python_interpreter": sys.executable}}}}
     (tmp_path / "inventory.json").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(PLAY % {"free": free, "taken": taken})
+    (tmp_path / "play.yml").write_text(text)
     cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),
            str(tmp_path / "play.yml")]
-    env = render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
+    env = render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", **env)
+    proc = subprocess.run(cmd, cwd=render_lib.REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return proc, json.loads(proc.stdout)["plays"][0]["tasks"]
+
+
+@pytest.mark.skipif(shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) is None,
+                    reason="ansible-playbook not in the venv")
+def test_queued_checks_probe_once_and_name_the_clash(tmp_path):
+    listener, taken = held_port()
+    free = free_port()
     try:
-        proc = subprocess.run(cmd, cwd=render_lib.REPO, env=env, capture_output=True, text=True, timeout=120,
-                              check=False)
+        proc, tasks = run_play(tmp_path, PLAY % {"free": free, "taken": taken})
     finally:
         listener.close()
     assert proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    first, second, shown, probe = [task["hosts"]["local"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]]
+    first, second, shown, probe = [task["hosts"]["local"] for task in tasks]
     # The queued checks started no module on the host: they list no listener and queue their ports.
     for queued in (first, second):
         assert queued["msg"] == "queued 1 port(s) for validation's one port probe of this host", queued
@@ -129,26 +139,10 @@ def test_queued_checks_probe_once_and_name_the_clash(tmp_path):
     assert probe["ansible_facts"]["__kvshare_port_requests"]["run"] == shown["msg"]["run"]
 
 
-def run_play(tmp_path, text, **env):
-    (tmp_path / "play.yml").write_text(text)
-    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),
-           str(tmp_path / "play.yml")]
-    env = render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", **env)
-    proc = subprocess.run(cmd, cwd=render_lib.REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return proc, json.loads(proc.stdout)["plays"][0]["tasks"]
-
-
 @pytest.mark.skipif(shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) is None,
                     reason="ansible-playbook not in the venv")
 def test_a_queue_left_by_an_earlier_run_is_not_probed(tmp_path):
-    listener = socket.socket()
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    taken = listener.getsockname()[1]
-    inventory = {"all": {"hosts": {"local": {"ansible_connection": "local",
-                                             "ansible_python_interpreter": sys.executable}}}}
-    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    listener, taken = held_port()
     # The fact cache of the collection's ansible.cfg, in a directory of this test.
     cache = dict(ANSIBLE_CACHE_PLUGIN="kvshare.dynamo.jsonfile_memo", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))
     try:
