@@ -406,9 +406,9 @@ def print_report(res):
               " which share its %d cores), and the machine's busy share of the run" % (os.cpu_count() or 1))
         print("%6s %10s %15s %12s %6s  %s" % ("hosts", "re-run", "controller CPU", "machine CPU", "busy", "runs"))
         for size, row in sorted(res["hosts"].items(), key=lambda kv: int(kv[0])):
-            print("%6s %9.1fs %14ss %11ss %6s  %s" % (size, row["rerun_s"], fmt(row.get("controller_cpu_s"), "%.1f"),
-                                                   fmt(row.get("machine_cpu_s"), "%.1f"), fmt(row.get("machine_busy")),
-                                                   ", ".join("%.1f" % t for t in row["runs_s"])))
+            cells = (size, row["rerun_s"], fmt(row.get("controller_cpu_s"), "%.1f"), fmt(row.get("machine_cpu_s"), "%.1f"),
+                     fmt(row.get("machine_busy")), ", ".join("%.1f" % t for t in row["runs_s"]))
+            print("%6s %9.1fs %14ss %11ss %6s  %s" % cells)
     if "workers" in res:
         w = res["workers"]
         print("\nworker start, readiness modules' own seconds (host %s, --startup-time %s s)" % (w["host"], res["startup_s"]))

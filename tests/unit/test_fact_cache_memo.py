@@ -89,4 +89,3 @@ def test_each_host_file_is_decoded_once_per_run(tmp_path, monkeypatch):
     assert loads == [str(tmp_path / "sb1")]
     with pytest.raises(KeyError):
         reader.get("sb2")
-
