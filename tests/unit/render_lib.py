@@ -200,6 +200,20 @@ def ansible_env(tmp_path, **extra):
     return env
 
 
+def run_local_play(tmp_path, text, hosts=None, **env):
+    """ansible-playbook of play text `text` on hosts of connection local (this interpreter), with
+    the json callback: (CompletedProcess, the first play's tasks). `hosts`: {name: host variables},
+    default one host "local"; `env` adds to ansible_env()."""
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    inventory = {"all": {"hosts": {name: dict(local, **values) for name, values in (hosts or {"local": {}}).items()}}}
+    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
+    (tmp_path / "play.yml").write_text(text)
+    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")],
+                          cwd=REPO, env=ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", **env),
+                          capture_output=True, text=True, timeout=120, check=False)
+    return proc, json.loads(proc.stdout)["plays"][0]["tasks"]
+
+
 def copy_inventory(tmp_path, inventory):
     """A copy of inventories/<inventory> without local, uncommitted host_vars (zz-local.yml)."""
     inv = tmp_path / ("inv-" + inventory)

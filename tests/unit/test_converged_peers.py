@@ -8,10 +8,7 @@ Another host's etcd_member export is an input of every host's roles: when it cha
 digest must change; the same state must give the same digest, on every host alike. The action reads
 each host's variables once per task (hostvars.raw_get), which this proves it still reads right.
 """
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -32,25 +29,18 @@ PLAY = """
         stamp_dir: "{{ stamp_dir }}"
 """
 
-ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
-
 
 def peers_digests(tmp_path, second_address):
-    hostvars = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
-                "stamp_dir": str(tmp_path / "stamps")}
-    inventory = {"all": {"hosts": {"h1": dict(hostvars, member_address="127.0.0.1"),
-                                   "h2": dict(hostvars, member_address=second_address)}}}
-    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(PLAY)
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")],
-                          cwd=render_lib.REPO, env=render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json"),
-                          capture_output=True, text=True, timeout=120, check=False)
+    hosts = {"h1": {"member_address": "127.0.0.1"}, "h2": {"member_address": second_address}}
+    for values in hosts.values():
+        values["stamp_dir"] = str(tmp_path / "stamps")
+    proc, tasks = render_lib.run_local_play(tmp_path, PLAY, hosts=hosts)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    compare = json.loads(proc.stdout)["plays"][0]["tasks"][1]["hosts"]
+    compare = tasks[1]["hosts"]
     return {host: res["inputs"]["__peers__"] for host, res in compare.items()}
 
 
-@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason="ansible-playbook not in the venv")
+@pytest.mark.skipif(not os.path.exists(render_lib.ANSIBLE_PLAYBOOK), reason="ansible-playbook not in the venv")
 def test_a_peer_export_is_an_input_of_every_host(tmp_path):
     first = peers_digests(tmp_path, "127.0.0.2")
     again = peers_digests(tmp_path, "127.0.0.2")

@@ -10,8 +10,6 @@ ansible.builtin.jsonfile, and read each host's file once per run.
 """
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -34,25 +32,16 @@ PLAY = """
         cacheable: true
 """
 
-ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 
-
-@pytest.mark.skipif(not os.path.exists(ANSIBLE_PLAYBOOK), reason="ansible-playbook not in the venv")
+@pytest.mark.skipif(not os.path.exists(render_lib.ANSIBLE_PLAYBOOK), reason="ansible-playbook not in the venv")
 def test_facts_persist_across_runs_through_the_plugin(tmp_path):
-    inventory = {"all": {"hosts": {"local": {"ansible_connection": "local",
-                                             "ansible_python_interpreter": sys.executable}}}}
-    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
     cache_dir = tmp_path / "facts"
-    env = render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-                                 ANSIBLE_CACHE_PLUGIN="kvshare.dynamo.jsonfile_memo",
-                                 ANSIBLE_CACHE_PLUGIN_CONNECTION=str(cache_dir), ANSIBLE_GATHERING="implicit")
+    env = dict(ANSIBLE_CACHE_PLUGIN="kvshare.dynamo.jsonfile_memo", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(cache_dir),
+               ANSIBLE_GATHERING="implicit")
     shown = []
     for run, gather in ((1, "true"), (2, "false")):
-        (tmp_path / "play.yml").write_text(PLAY % {"gather": gather, "run": run})
-        proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", str(tmp_path / "inventory.json"), str(tmp_path / "play.yml")],
-                              cwd=render_lib.REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+        proc, tasks = render_lib.run_local_play(tmp_path, PLAY % {"gather": gather, "run": run}, **env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-        tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
         shown.append([t["hosts"]["local"]["msg"] for t in tasks if t["task"]["name"] == "Show the facts the run has"][0])
     with open("/etc/machine-id") as handle:
         machine_id = handle.read().strip()

@@ -8,12 +8,8 @@ A local play queues two roles' port checks the way validate.yml does, then probe
 one module run while this test holds one of the ports: the clash is named with the variable the
 queued check gave it, and the queued checks started no module on the host.
 """
-import json
 import os
-import shutil
 import socket
-import subprocess
-import sys
 
 import pytest
 
@@ -100,26 +96,12 @@ def held_port():
     return listener, listener.getsockname()[1]
 
 
-def run_play(tmp_path, text, **env):
-    """ansible-playbook of `text` on one local host (this interpreter): (CompletedProcess, the first play's tasks)."""
-    inventory = {"all": {"hosts": {"local": {"ansible_connection": "local",
-                                             "ansible_python_interpreter": sys.executable}}}}
-    (tmp_path / "inventory.json").write_text(json.dumps(inventory))
-    (tmp_path / "play.yml").write_text(text)
-    cmd = [os.path.join(os.path.dirname(sys.executable), "ansible-playbook"), "-i", str(tmp_path / "inventory.json"),
-           str(tmp_path / "play.yml")]
-    env = render_lib.ansible_env(tmp_path, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", **env)
-    proc = subprocess.run(cmd, cwd=render_lib.REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
-    return proc, json.loads(proc.stdout)["plays"][0]["tasks"]
-
-
-@pytest.mark.skipif(shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) is None,
-                    reason="ansible-playbook not in the venv")
+@pytest.mark.skipif(not os.path.exists(render_lib.ANSIBLE_PLAYBOOK), reason="ansible-playbook not in the venv")
 def test_queued_checks_probe_once_and_name_the_clash(tmp_path):
     listener, taken = held_port()
     free = free_port()
     try:
-        proc, tasks = run_play(tmp_path, PLAY % {"free": free, "taken": taken})
+        proc, tasks = render_lib.run_local_play(tmp_path, PLAY % {"free": free, "taken": taken})
     finally:
         listener.close()
     assert proc.returncode != 0, proc.stdout[-3000:] + proc.stderr[-2000:]
@@ -139,16 +121,15 @@ def test_queued_checks_probe_once_and_name_the_clash(tmp_path):
     assert probe["ansible_facts"]["__kvshare_port_requests"]["run"] == shown["msg"]["run"]
 
 
-@pytest.mark.skipif(shutil.which("ansible-playbook", path=os.path.dirname(sys.executable)) is None,
-                    reason="ansible-playbook not in the venv")
+@pytest.mark.skipif(not os.path.exists(render_lib.ANSIBLE_PLAYBOOK), reason="ansible-playbook not in the venv")
 def test_a_queue_left_by_an_earlier_run_is_not_probed(tmp_path):
     listener, taken = held_port()
     # The fact cache of the collection's ansible.cfg, in a directory of this test.
     cache = dict(ANSIBLE_CACHE_PLUGIN="kvshare.dynamo.jsonfile_memo", ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"))
     try:
-        stopped, dummy = run_play(tmp_path, STOPPED_RUN % {"taken": taken}, **cache)
+        stopped, dummy = render_lib.run_local_play(tmp_path, STOPPED_RUN % {"taken": taken}, **cache)
         assert stopped.returncode != 0
-        proc, (kept, probe) = run_play(tmp_path, NEXT_RUN, **cache)
+        proc, (kept, probe) = render_lib.run_local_play(tmp_path, NEXT_RUN, **cache)
     finally:
         listener.close()
     assert proc.returncode == 0, proc.stdout[-3000:]
