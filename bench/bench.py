@@ -301,10 +301,8 @@ def host_scaling(sizes, runs, startup):
             cpu.append(cpu_since(before, took))
             assert not changed_hosts(doc), "%d hosts, re-run %d changed %s" % (size, number + 1, changed_hosts(doc))
             times.append(took)
-        out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge,
-                     "cpu": cpu, "controller_cpu_s": median([c["controller_cpu_s"] for c in cpu] or [None]),
-                     "machine_cpu_s": median([c["machine_cpu_s"] for c in cpu] or [None]),
-                     "machine_busy": median([c["machine_busy"] for c in cpu] or [None])}
+        out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge, "cpu": cpu}
+        out[size].update((key, median([c[key] for c in cpu])) for key in ("controller_cpu_s", "machine_cpu_s", "machine_busy"))
         print("   %d hosts: converge %.1f s (untimed for the ratio), re-runs %s s (0 changed); CPU s controller %s,"
               " machine %s (busy %s of %d cores)"
               % (size, converge, ", ".join("%.1f" % t for t in times), out[size]["controller_cpu_s"],
