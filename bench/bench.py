@@ -117,11 +117,12 @@ def readiness_seconds(doc, host):
 
 
 def started_workers(doc, host):
-    """The workers the run's start tasks started or restarted on `host`."""
+    """The workers the run's unit watches started or restarted on `host`."""
     names = set()
     for dummy, task in tasks_of(doc):
-        if "Start the workers of wave" in task["task"]["name"]:
-            names.update(item["item"] for item in (task["hosts"].get(host) or {}).get("results", []) if item.get("changed"))
+        res = task["hosts"].get(host) or {}
+        if (res.get("action") or "").rsplit(".", 1)[-1] == "dynamo_worker_unit_watch" and not res.get("skipped"):
+            names.update(res.get("started") or [])
     return sorted(names)
 
 

@@ -97,10 +97,10 @@ def worker_argv(worker, python, discovery_backend="etcd"):
 def worker_probe_targets(workers, bind_address, started=None):
     """What the readiness and verify modules need to find each worker through the frontend.
 
-    With `started` (the start task's loop results), a worker whose unit was already running and
-    was left alone (not changed) needs no completion: its registration is the proof."""
-    untouched = set(res.get("item") for res in started or []
-                    if not res.get("changed") and not res.get("failed") and not res.get("skipped"))
+    With `started` (the names of the workers this run started or restarted: the unit watch's
+    `started`), a worker not named there was already running and was left alone: its registration
+    is the proof, it needs no completion."""
+    started = None if started is None else set(started)
     targets = []
     for worker in workers or []:
         target = {
@@ -111,26 +111,22 @@ def worker_probe_targets(workers, bind_address, started=None):
         if worker.get("rpc_port"):
             target["rpc_port"] = int(worker["rpc_port"])
         if started is not None:
-            target["completion_probe"] = worker["name"] not in untouched
+            target["completion_probe"] = worker["name"] in started
         targets.append(target)
     return targets
 
 
-def worker_watch_units(workers, bind_address, started=None):
-    """What dynamo_worker_unit_watch needs for each worker: its unit and its own /health, and for
-    a worker just restarted with no_block (`started`: the start task's loop results) the
-    invocation the restart replaces."""
-    replaced = {}
-    for res in started or []:
-        status = res.get("status") or {}
-        if res.get("changed") and status.get("ActiveState") in ("active", "activating", "reloading"):
-            replaced[res.get("item")] = status.get("InvocationID") or ""
+def worker_watch_units(workers, bind_address, start=False, restart=None):
+    """What dynamo_worker_unit_watch needs for each worker: its unit and its own /health; with
+    `start`, the module starts the unit first (`started`), or restarts it when its name is in
+    `restart` (its configuration changed, or it was late)."""
+    restart = set(restart or [])
     units = []
     for target in worker_probe_targets(workers, bind_address):
         unit = {"name": target["name"], "unit": "dynamo-worker@%s.service" % target["name"],
                 "health_url": target["system_url"] + "/health"}
-        if replaced.get(target["name"]):
-            unit["replaced_invocation"] = replaced[target["name"]]
+        if start:
+            unit["start"] = "restarted" if target["name"] in restart else "started"
         units.append(unit)
     return units
 

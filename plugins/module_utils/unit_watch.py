@@ -28,6 +28,24 @@ def parse_show(text):
     return props
 
 
+def parse_show_blocks(text, count):
+    """`systemctl show -p A,B u1 u2 ...` output as one dict per unit, in argument order (systemd
+    separates the units' blocks with a blank line). Missing blocks come back empty."""
+    blocks, current = [], {}
+    for line in (text or "").splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        key, sep, value = line.partition("=")
+        if sep:
+            current[key.strip()] = value.strip()
+    if current:
+        blocks.append(current)
+    return [blocks[index] if index < len(blocks) else {} for index in range(count)]
+
+
 def health_ready(code, body):
     """A worker's /health is ready when it answers 200 with status ready/healthy (or no status)."""
     if code != 200:

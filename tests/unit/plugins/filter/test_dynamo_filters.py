@@ -134,11 +134,9 @@ def test_probe_targets_carry_what_the_ready_module_takes():
 
 def test_probe_targets_ask_a_completion_only_of_workers_started_or_restarted():
     workers = [{"name": n, "engine": "mocker", "model": "/m", "system_port": 18080 + i} for i, n in enumerate("abcd")]
-    started = [{"item": "a", "changed": False, "status": {"ActiveState": "active"}},  # running, left alone
-               {"item": "b", "changed": True},                                      # restarted (config)
-               {"item": "c", "changed": False, "failed": True}]                     # start failed
-    targets = f.worker_probe_targets(workers, "127.0.10.2", started)
-    assert [(t["name"], t["completion_probe"]) for t in targets] == [("a", False), ("b", True), ("c", True), ("d", True)]
+    # b restarted (its files changed), c started; a and d were running and left alone.
+    targets = f.worker_probe_targets(workers, "127.0.10.2", ["b", "c"])
+    assert [(t["name"], t["completion_probe"]) for t in targets] == [("a", False), ("b", True), ("c", True), ("d", False)]
 
 
 EXAMPLE = {"kv_connector": "ExampleConnector", "kv_role": "kv_both",

@@ -114,11 +114,17 @@ def test_health_of_the_replaced_invocation_does_not_count():
     assert uw.UnitTrack("m", "u").current
 
 
-def test_watch_units_name_the_replaced_invocation():
+def test_watch_units_ask_the_module_to_start_or_restart():
     from ansible_collections.kvshare.dynamo.plugins.filter.dynamo import worker_watch_units
     ws = [{"name": "a", "system_port": 1, "model": "m"}, {"name": "b", "system_port": 2, "model": "m"}]
-    started = [{"item": "a", "changed": True, "status": {"ActiveState": "active", "InvocationID": "aaa"}},
-               {"item": "b", "changed": True, "status": {"ActiveState": "inactive", "InvocationID": ""}}]
-    units = worker_watch_units(ws, "127.0.0.1", started)
-    assert units[0]["replaced_invocation"] == "aaa" and "replaced_invocation" not in units[1]
+    units = worker_watch_units(ws, "127.0.0.1", True, ["a"])
+    assert [(u["name"], u["start"]) for u in units] == [("a", "restarted"), ("b", "started")]
     assert units[1]["health_url"] == "http://127.0.0.1:2/health"
+    assert all("start" not in u for u in worker_watch_units(ws, "127.0.0.1"))
+
+
+def test_show_blocks_one_per_unit_in_order():
+    text = "ActiveState=active\nInvocationID=aaa\n\nActiveState=inactive\nInvocationID=\n"
+    assert uw.parse_show_blocks(text, 3) == [{"ActiveState": "active", "InvocationID": "aaa"},
+                                             {"ActiveState": "inactive", "InvocationID": ""}, {}]
+    assert uw.parse_show_blocks("", 1) == [{}]
