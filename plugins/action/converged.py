@@ -129,7 +129,7 @@ class ActionModule(ActionBase):
             # runs whole, and still records, for the next run.
             why = ("the run is limited by tags: only a whole run may skip a role or record one" if limited
                    else "kvshare_fast_rerun is false: every role runs whole")
-            result.update(changed=False, converged=False, drift=[why], inputs=args["inputs"], stamp="")
+            result.update(changed=False, converged=False, start_only=False, drift=[why], inputs=args["inputs"], stamp="")
             return result
         result.update(self._execute_module(module_name="kvshare.dynamo.converged", module_args=args,
                                            task_vars=task_vars))

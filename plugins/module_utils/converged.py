@@ -219,6 +219,30 @@ def compare(stamp, inputs, state):
     return lines
 
 
+# What may differ in a unit for its role to only start it again: it stopped, failed or was
+# restarted; its unit file, drop-ins and enablement are what the role's body writes.
+UNIT_RUN_FIELDS = frozenset(["active", "invocation"])
+
+
+def start_only(stamp, inputs, state):
+    """True when the inputs are the same and every difference is a unit that no longer runs the
+    recorded invocation (stopped, failed, restarted) with its files and enablement unchanged: the
+    role's configuration would change nothing, only its start and readiness steps have work."""
+    if (stamp.get("inputs") or {}) != inputs:
+        return False
+    old_state = stamp.get("state") or {}
+    differ = [key for key in set(old_state) | set(state) if old_state.get(key) != state.get(key)]
+    if not differ:
+        return False
+    for key in differ:
+        if key.partition(":")[0] != "unit" or key not in old_state or key not in state:
+            return False
+        old, new = _fields(old_state[key]), _fields(state[key])
+        if any(old.get(field) != new.get(field) for field in set(old) | set(new) if field not in UNIT_RUN_FIELDS):
+            return False
+    return True
+
+
 def summarize(lines):
     if len(lines) <= MAX_DRIFT_LINES:
         return list(lines)

@@ -119,6 +119,14 @@ converged:
   description: O(state=check) only. True when the stamp exists and nothing differs.
   returned: always
   type: bool
+start_only:
+  description:
+    - O(state=check) only. True when the inputs are the same and the only differences are units
+      that stopped, failed or run another invocation, with their unit files, drop-ins and
+      enablement as recorded. The role may then skip its configuration and only start and prove
+      its services.
+  returned: always
+  type: bool
 drift:
   description: The differences, one line each (at most 12 shown, then a count); empty when converged.
   returned: always
@@ -254,17 +262,19 @@ def main():
         if not module.check_mode:
             write_stamp(path, cv.stamp_document(params["name"], inputs, state,
                                                 time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())))
-        module.exit_json(changed=False, converged=True, drift=[], inputs=inputs, stamp=path)
+        module.exit_json(changed=False, converged=True, start_only=False, drift=[], inputs=inputs, stamp=path)
     if params["run_whole"]:
-        module.exit_json(changed=False, converged=False, drift=list(params["run_whole"]), inputs=inputs, stamp=path)
+        module.exit_json(changed=False, converged=False, start_only=False, drift=list(params["run_whole"]),
+                         inputs=inputs, stamp=path)
     stamp, why = read_stamp(path, params["name"])
     if stamp is None:
-        module.exit_json(changed=False, converged=False, drift=[why], inputs=inputs, stamp=path)
+        module.exit_json(changed=False, converged=False, start_only=False, drift=[why], inputs=inputs, stamp=path)
     # Every recorded path is read again (one since removed shows as missing), and each recorded
     # tree is walked again (a new file shows).
     state = current_state(module, cv.tracked(stamp["state"]))
     lines = cv.compare(stamp, inputs, state)
-    module.exit_json(changed=False, converged=not lines, drift=cv.summarize(lines), inputs=inputs, stamp=path)
+    module.exit_json(changed=False, converged=not lines, start_only=cv.start_only(stamp, inputs, state),
+                     drift=cv.summarize(lines), inputs=inputs, stamp=path)
 
 
 if __name__ == "__main__":

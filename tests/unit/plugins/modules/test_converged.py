@@ -6,6 +6,7 @@
 plugins/module_utils/converged.py, and the action plugin's input digests."""
 import json
 import os
+import re
 import stat
 
 from ansible_collections.kvshare.dynamo.plugins.action import converged as action
@@ -202,3 +203,43 @@ def test_a_run_limited_by_tags_neither_skips_nor_records():
     assert action.limited_by_tags(["all"], []) is False
     assert action.limited_by_tags(["etcd_pki"], []) is True
     assert action.limited_by_tags(["all"], ["summary"]) is True
+
+
+UNIT = "load=loaded active=%s enabled=enabled invocation=%s fragment=/etc/systemd/system/w.service dropins=-"
+
+
+def stamp_of(state, inputs=None):
+    return cv.stamp_document("svc", inputs or INPUTS, state, "2026-12-02T00:00:00Z")
+
+
+def test_start_only_when_only_units_stopped_or_run_another_invocation():
+    recorded = {"unit:a.service": UNIT % ("active", "i1"), "unit:b.service": UNIT % ("active", "i2"),
+                "path:/etc/w.env": "file sha256=1 mode=0600 owner=root:root"}
+    stopped = dict(recorded, **{"unit:a.service": UNIT % ("inactive", "-"), "unit:b.service": UNIT % ("active", "i9")})
+    assert cv.start_only(stamp_of(recorded), INPUTS, stopped) is True
+    # Nothing differs: converged, not start-only.
+    assert cv.start_only(stamp_of(recorded), INPUTS, recorded) is False
+    # Any other difference needs the role's body.
+    assert cv.start_only(stamp_of(recorded), dict(INPUTS, etcd_version="x"), stopped) is False
+    assert cv.start_only(stamp_of(recorded), INPUTS, dict(stopped, **{"path:/etc/w.env": "absent"})) is False
+    disabled = UNIT.replace("enabled=enabled", "enabled=disabled") % ("inactive", "-")
+    assert cv.start_only(stamp_of(recorded), INPUTS, dict(stopped, **{"unit:a.service": disabled})) is False
+    new_dropin = UNIT.replace("dropins=-", "dropins=/etc/x.conf") % ("inactive", "-")
+    assert cv.start_only(stamp_of(recorded), INPUTS, dict(stopped, **{"unit:a.service": new_dropin})) is False
+    assert cv.start_only(stamp_of(recorded), INPUTS, dict(stopped, **{"unit:c.service": UNIT % ("active", "i3")})) is False
+
+
+def test_a_check_reports_start_only_for_a_stopped_unit_on_a_real_host(tmp_path, capsys):
+    args = dict(host(tmp_path), units=["kvshare-no-such-unit.service"])
+    record(args, capsys)
+    assert check(args, capsys)["start_only"] is False
+    with open(args["stamp_dir"] + "/svc.json") as handle:
+        stamp = json.load(handle)
+    key = "unit:kvshare-no-such-unit.service"
+    # The record saw it running (whatever systemd, if any, says of it here).
+    stamp["state"][key] = re.sub(r"active=\S+", "active=active", stamp["state"][key])
+    assert stamp["state"][key].startswith("load=")
+    with open(args["stamp_dir"] + "/svc.json", "w") as handle:
+        json.dump(stamp, handle)
+    out = check(args, capsys)
+    assert out["converged"] is False and out["start_only"] is True, out
