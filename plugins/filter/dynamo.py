@@ -116,17 +116,24 @@ def worker_probe_targets(workers, bind_address, started=None):
     return targets
 
 
-def worker_watch_units(workers, bind_address, start=False, restart=None):
+def worker_watch_units(workers, bind_address, start=False, restart=None, waves=None):
     """What dynamo_worker_unit_watch needs for each worker: its unit and its own /health; with
     `start`, the module starts the unit first (`started`), or restarts it when its name is in
-    `restart` (its configuration changed, or it was late)."""
+    `restart` (its configuration changed, or it was late). With `waves` (lists of names), each
+    unit carries the index of the wave that names it."""
     restart = set(restart or [])
+    wave_of = {}
+    for index, names in enumerate(waves or []):
+        for name in names:
+            wave_of[name] = index
     units = []
     for target in worker_probe_targets(workers, bind_address):
         unit = {"name": target["name"], "unit": "dynamo-worker@%s.service" % target["name"],
                 "health_url": target["system_url"] + "/health"}
         if start:
             unit["start"] = "restarted" if target["name"] in restart else "started"
+        if target["name"] in wave_of:
+            unit["wave"] = wave_of[target["name"]]
         units.append(unit)
     return units
 

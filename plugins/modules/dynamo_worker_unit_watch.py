@@ -61,6 +61,16 @@ options:
             answering, ready, before systemd stopped it).
           - Set by the module itself for a unit it restarts (O(units[].start=restarted)).
         type: str
+      wave:
+        description:
+          - The start wave of the unit. The module starts (O(units[].start)) and watches the
+            lowest wave first; the next wave starts as soon as every unit of the one before has a
+            ready C(/health). A crash or a wave not ready within O(timeout) ends the watch; the
+            units of the waves not started are then RV(pending).
+          - Workers that share a GPU go in successive waves (vLLM profiles the free GPU memory as
+            it starts); the units' own C(After=) and readiness gate order them the same at boot.
+        type: int
+        default: 0
       start:
         description:
           - C(started) starts the unit unless it is active, activating or reloading (as
@@ -75,7 +85,7 @@ options:
     type: bool
     default: false
   timeout:
-    description: Seconds to wait for readiness.
+    description: Seconds each wave may take to become ready.
     type: float
     default: 300
   interval:
@@ -132,7 +142,7 @@ EXAMPLES = r"""
         health_url: http://127.0.0.1:18081/health
     timeout: 300
 
-- name: Start the workers of this wave and watch them become ready
+- name: Start two workers that share a GPU one after the other (vllm-b restarted) and watch them
   kvshare.dynamo.dynamo_worker_unit_watch:
     units:
       - name: vllm-a
@@ -143,6 +153,7 @@ EXAMPLES = r"""
         unit: dynamo-worker@vllm-b.service
         health_url: http://127.0.0.1:18082/health
         start: restarted
+        wave: 1
     enable: true
     timeout: 300
 """
@@ -165,13 +176,14 @@ units:
       health: HTTP 200 ready
       ready: true
       ready_after_s: 41.3
+      wave: 0
 ready:
   description: Names of the units whose /health was ready.
   returned: always
   type: list
   elements: str
 not_ready:
-  description: Names of the units not ready when the watch ended (crashed ones included).
+  description: Names of the units not ready when the watch ended (crashed and RV(pending) ones included).
   returned: always
   type: list
   elements: str
@@ -184,6 +196,11 @@ journal:
   description: Last journal lines of each crashed unit, by name.
   returned: always
   type: dict
+pending:
+  description: Units of waves never started, because an earlier wave crashed or was not ready in time.
+  returned: always
+  type: list
+  elements: str
 started:
   description: Names of the units the module started or restarted (O(units[].start)); in check mode, those it would have.
   returned: always
@@ -270,6 +287,7 @@ def main():
                 pool=dict(type="bool", default=False),
                 replaced_invocation=dict(type="str"),
                 start=dict(type="str", choices=["none", "started", "restarted"], default="none"),
+                wave=dict(type="int", default=0),
             )),
             enable=dict(type="bool", default=False),
             timeout=dict(type="float", default=300),
@@ -286,31 +304,62 @@ def main():
     p = module.params
     if not 0 < p["interval"] <= 1:
         module.fail_json(msg="interval must be > 0 and <= 1 (got %s)" % p["interval"])
+    if not p["units"]:
+        module.exit_json(changed=False, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={},
+                         started=[], enabled=[], elapsed_s=0.0)
+    waves = sorted(set(u["wave"] for u in p["units"]))
+    if p["observe"] > 0 and len(waves) > 1:
+        module.fail_json(msg="observe watches units as they are: give every unit the same wave")
     systemctl = module.get_bin_path("systemctl", required=True)
     journalctl = module.get_bin_path("journalctl")
     start = time.monotonic()
-    started, enabled, replaced = start_units(module, systemctl, p["units"])
-    if module.check_mode and (started or enabled):
-        module.exit_json(changed=True, units=[], ready=[], not_ready=[], crashed=[], journal={},
-                         started=started, enabled=enabled, elapsed_s=0.0)
-    tracks = [uw.UnitTrack(u["name"], u["unit"], u.get("health_url"), u.get("pool"),
-                           replaced.get(u["name"]) or u.get("replaced_invocation"))
+    if module.check_mode:
+        would = [start_units(module, systemctl, [u for u in p["units"] if u["wave"] == w]) for w in waves]
+        started, enabled = [n for w in would for n in w[0]], [u for w in would for u in w[1]]
+        if started or enabled:
+            module.exit_json(changed=True, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={},
+                             started=started, enabled=enabled, elapsed_s=0.0)
+    tracks = [uw.UnitTrack(u["name"], u["unit"], u.get("health_url"), u.get("pool"), u.get("replaced_invocation"))
               for u in p["units"]]
-    window = p["observe"] if p["observe"] > 0 else p["timeout"]
+    wave_of = dict((track.name, u["wave"]) for track, u in zip(tracks, p["units"]))
+    began = {}  # wave -> when its units were started
+    started, enabled = [], []
+
+    def begin(wave):
+        names, units, replaced = start_units(module, systemctl, [u for u in p["units"] if u["wave"] == wave])
+        started.extend(names)
+        enabled.extend(units)
+        for track in tracks:
+            if wave_of[track.name] == wave and replaced.get(track.name) is not None:
+                track.replaced_invocation = replaced[track.name]
+        began[wave] = time.monotonic()
+
+    current = 0
+    begin(waves[current])
     crashed = []
     while True:
         now = time.monotonic()
-        for track, props in zip(tracks, show(module, systemctl, [t.unit for t in tracks], uw.SHOW_PROPERTIES)):
+        live = [t for t in tracks if wave_of[t.name] in began]
+        for track, props in zip(live, show(module, systemctl, [t.unit for t in live], uw.SHOW_PROPERTIES)):
             track.update(props, now)
             if track.health_url and track.current and (p["observe"] > 0 or track.ready_after is None):
                 ok, track.health = get_health(track.health_url, timeout=min(2.0, max(0.5, p["interval"] * 2)))
                 if ok and track.ready_after is None:
-                    track.ready_after = now - start
+                    track.ready_after = now - began[wave_of[track.name]]
             if track.crashed(now, p["crash_limit"], p["failed_grace"]) and track.name not in crashed:
                 crashed.append(track.name)
-        if p["observe"] <= 0 and (crashed or all(t.ready_after is not None or not t.health_url for t in tracks)):
+        if p["observe"] > 0:
+            if now - start >= p["observe"]:
+                break
+        elif crashed:
             break
-        if now - start >= window:
+        elif all(t.ready_after is not None or not t.health_url for t in live if wave_of[t.name] == waves[current]):
+            # The wave is ready: the next one starts at once (same-GPU workers one after another).
+            if current + 1 == len(waves):
+                break
+            current += 1
+            begin(waves[current])
+        elif now - began[waves[current]] >= p["timeout"]:
             break
         time.sleep(p["interval"])
 
@@ -320,12 +369,18 @@ def main():
             _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "-n",
                                                  str(p["journal_lines"] * 20), "-u", track.unit])
             journal[track.name] = uw.journal_tail(out, p["journal_lines"], p["journal_exclude"])
-    reports = [t.report() for t in tracks]
+    reports = []
+    for track in tracks:
+        report = track.report()
+        report["wave"] = wave_of[track.name]
+        reports.append(report)
+    watched = set(t.name for t in tracks if t.health_url)
     result = dict(
         changed=bool(started or enabled),
         units=reports,
         ready=[r["name"] for r in reports if r["ready"]],
-        not_ready=[r["name"] for r in reports if not r["ready"] and any(t.health_url for t in tracks if t.name == r["name"])],
+        not_ready=[r["name"] for r in reports if not r["ready"] and r["name"] in watched],
+        pending=[t.name for t in tracks if wave_of[t.name] not in began],
         crashed=crashed,
         journal=journal,
         started=started,
@@ -338,6 +393,8 @@ def main():
             if report["name"] in crashed:
                 lines.append("worker %s crashed while starting: %s" % (report["name"], uw.describe(report)))
                 lines.append("last journal lines of %s:\n%s" % (report["unit"], journal.get(report["name"], "")))
+        if result["pending"]:
+            lines.append("not started (a later wave): %s" % ", ".join(result["pending"]))
         module.fail_json(msg="\n".join(lines), **result)
     module.exit_json(**result)
 

@@ -69,3 +69,77 @@ def test_a_failed_systemctl_call_fails_with_its_message():
     module = FakeModule(STATES, enable=False, rc=5)
     with pytest.raises(Failed, match=r"systemctl start dynamo-worker@b.service failed \(rc 5\): Unit not found"):
         mod.start_units(module, "systemctl", [spec("b", "started")])
+
+
+class Host:
+    """A host's systemd and workers in miniature: a started unit turns active at once, and its
+    /health is ready after `ready_polls` health probes (a crashing one restarts on every show)."""
+
+    def __init__(self, ready_polls, crashing=()):
+        self.ready_polls, self.crashing = ready_polls, set(crashing)
+        self.active, self.restarts, self.polls, self.log = set(), {}, {}, []
+
+    def run_command(self, argv, **kwargs):
+        verb, units = argv[1], [a for a in argv[2:] if a.startswith("dynamo-worker@")]
+        if verb == "show":
+            blocks = []
+            for unit in units:
+                if unit in self.crashing and unit in self.active:
+                    self.restarts[unit] = self.restarts.get(unit, 0) + 1
+                blocks.append("ActiveState=%s\nNRestarts=%d\nInvocationID=%s\nUnitFileState=enabled" % (
+                    "active" if unit in self.active else "inactive", self.restarts.get(unit, 0),
+                    "inv" if unit in self.active else ""))
+            return 0, "\n\n".join(blocks) + "\n", ""
+        if verb in ("start", "restart"):
+            self.log.append((verb, units))
+            self.active.update(units)
+            return 0, "", ""
+        return 0, "", ""
+
+    def health(self, url, timeout):
+        name = url.split("//", 1)[1].split("/", 1)[0]
+        unit = "dynamo-worker@%s.service" % name
+        if unit not in self.active or unit in self.crashing:
+            return False, "no answer"
+        self.polls[name] = self.polls.get(name, 0) + 1
+        return self.polls[name] >= self.ready_polls, "HTTP 200 ready"
+
+
+def watch(monkeypatch, capsys, host, units, **args):
+    from ansible.module_utils.basic import AnsibleModule
+    from lib.unit import run_module
+    monkeypatch.setattr(AnsibleModule, "run_command", lambda self, argv, **kw: host.run_command(argv, **kw))
+    monkeypatch.setattr(AnsibleModule, "get_bin_path", lambda self, name, required=False: "/bin/" + name)
+    monkeypatch.setattr(mod, "get_health", host.health)
+    monkeypatch.setattr(mod.time, "sleep", lambda seconds: None)
+    specs = [{"name": n, "unit": "dynamo-worker@%s.service" % n, "health_url": "http://%s/health" % n,
+              "start": "started", "wave": w} for n, w in units]
+    return run_module(mod, dict(dict(units=specs, interval=0.1, timeout=30), **args), capsys)
+
+
+def test_each_wave_starts_once_the_one_before_is_ready(monkeypatch, capsys):
+    host = Host(ready_polls=2)
+    rc, out = watch(monkeypatch, capsys, host, [("a", 0), ("m", 0), ("b", 1), ("c", 2)])
+    assert rc == 0, out
+    assert host.log == [("start", ["dynamo-worker@a.service", "dynamo-worker@m.service"]),
+                        ("start", ["dynamo-worker@b.service"]), ("start", ["dynamo-worker@c.service"])]
+    # b started only after a and m were ready: each had its two health answers by then.
+    assert out["ready"] == ["a", "m", "b", "c"] and out["pending"] == [] and out["changed"] is True
+    assert [u["wave"] for u in out["units"]] == [0, 0, 1, 2]
+
+
+def test_a_crash_ends_the_watch_and_later_waves_never_start(monkeypatch, capsys):
+    host = Host(ready_polls=1, crashing=["dynamo-worker@a.service"])
+    rc, out = watch(monkeypatch, capsys, host, [("a", 0), ("b", 1)])
+    assert rc == 1 and out["crashed"] == ["a"] and out["pending"] == ["b"]
+    assert host.log == [("start", ["dynamo-worker@a.service"])]
+    assert "worker a crashed while starting" in out["msg"] and "not started (a later wave): b" in out["msg"]
+
+
+def test_a_wave_not_ready_in_time_leaves_the_next_pending(monkeypatch, capsys):
+    host = Host(ready_polls=10 ** 9)
+    clock = iter(range(0, 10 ** 6, 5))
+    monkeypatch.setattr(mod.time, "monotonic", lambda: float(next(clock)))
+    rc, out = watch(monkeypatch, capsys, host, [("a", 0), ("b", 1)], timeout=12)
+    assert rc == 0 and out["not_ready"] == ["a", "b"] and out["pending"] == ["b"] and out["ready"] == []
+    assert host.log == [("start", ["dynamo-worker@a.service"])]
