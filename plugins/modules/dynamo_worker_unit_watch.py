@@ -25,10 +25,10 @@ description:
     seconds and reports what it saw (restarts during the window, states, health), for diagnosis.
   - A watch that runs out of time without a crash does not fail; the caller reads RV(not_ready).
   - With O(units[].start) the module first starts (or restarts) those units itself, without
-    waiting for their jobs (C(--no-block)), all in one C(systemctl) call, then watches them: the
+    waiting for their jobs (C(--no-block)), all in one C(systemctl) call, then watches them. The
     units of a wave start together, and the start costs no task of its own.
   - Polls are cheap on purpose (one C(systemctl show) for all units, C(/health) over a plain HTTP
-    connection): the watch runs beside engines that are starting on the same CPUs.
+    connection), since the watch runs beside engines that are starting on the same CPUs.
 version_added: "0.1.0"
 author:
   - kvshare.dynamo developers (@kvshare)
