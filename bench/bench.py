@@ -23,6 +23,11 @@ leave the inventory's stack serving; the scaling parts run on a copy of their ow
   workers  N = 1, 4, 8 mockers (a real start time: --startup-time) on one host of the copy, each on
            a GPU of its own and all on one GPU; the time is the readiness modules' own (unit watch
            + proof, every wave)             target separate <= 1.3 x N=1; one GPU ~ N x N=1 (serial)
+           Each run also checks the watch's own account of the order: one wave per worker on one
+           GPU, each started once the one before had a ready /health. A mocker's /health is ready
+           as its process starts (DYN_SYSTEM_STARTING_HEALTH_STATUS=ready; its simulated engine
+           start comes after), so one GPU's mockers start one after another but overlap their
+           --startup-time; a vLLM engine's /health is ready once the engine is.
 """
 import argparse
 import json
@@ -124,6 +129,23 @@ def started_workers(doc, host):
         if (res.get("action") or "").rsplit(".", 1)[-1] == "dynamo_worker_unit_watch" and not res.get("skipped"):
             names.update(res.get("started") or [])
     return sorted(names)
+
+
+def start_order(doc, host):
+    """The unit watch's own account of `host`'s start waves: (waves, every unit of wave k+1 started
+    after every unit of wave k had a ready /health)."""
+    units = []
+    for dummy, task in tasks_of(doc):
+        res = task["hosts"].get(host) or {}
+        if (res.get("action") or "").rsplit(".", 1)[-1] == "dynamo_worker_unit_watch" and not res.get("skipped"):
+            units.extend(u for u in res.get("units") or [] if u.get("started_after_s") is not None)
+    waves = sorted(set(u["wave"] for u in units))
+    ordered = True
+    for before, after in zip(waves, waves[1:]):
+        ready_at = max(u["started_after_s"] + (u["ready_after_s"] or 0.0) for u in units if u["wave"] == before)
+        started_at = min(u["started_after_s"] for u in units if u["wave"] == after)
+        ordered = ordered and started_at >= ready_at - 0.01
+    return len(waves), ordered
 
 
 def median(values):
@@ -334,10 +356,14 @@ def worker_scaling(sb, counts, runs, startup):
                     names = started_workers(doc, host)
                     assert names == sorted(w["name"] for w in layout), "started %s, not the bench's workers" % names
                     times.append(readiness_seconds(doc, host))
+                    waves, ordered = start_order(doc, host)
+                    assert waves == (1 if distinct else count) and ordered, \
+                        "%s, N=%d: %d start waves, in order: %s" % (key, count, waves, ordered)
             finally:
                 os.unlink(path)
-            out[key][count] = {"ready_s": median(times), "runs_s": times}
-            print("   %s, N=%d: %s s" % (key, count, ", ".join("%.1f" % t for t in times)), flush=True)
+            out[key][count] = {"ready_s": median(times), "runs_s": times, "start_waves": 1 if distinct else count}
+            print("   %s, N=%d: %s s (%d start wave(s), each started once the one before had a ready /health)"
+                  % (key, count, ", ".join("%.1f" % t for t in times), out[key][count]["start_waves"]), flush=True)
     # The host's own workers again (the bench-* units stay stopped).
     sb.ssh(host, "systemctl stop 'dynamo-worker@bench-*'")
     run(sb, "site.yml", "--limit", "%s,%s" % (sb.frontend, host), "--tags", "dynamo_worker")

@@ -160,7 +160,10 @@ EXAMPLES = r"""
 
 RETURN = r"""
 units:
-  description: One entry per unit.
+  description:
+    - One entry per unit. C(ready_after_s) counts from the start of the unit's wave,
+      C(started_after_s) is when that wave started, from the start of the module (null for a
+      wave never started).
   returned: always
   type: list
   elements: dict
@@ -177,6 +180,7 @@ units:
       ready: true
       ready_after_s: 41.3
       wave: 0
+      started_after_s: 0.0
 ready:
   description: Names of the units whose /health was ready.
   returned: always
@@ -373,6 +377,8 @@ def main():
     for track in tracks:
         report = track.report()
         report["wave"] = wave_of[track.name]
+        wave_began = began.get(wave_of[track.name])
+        report["started_after_s"] = None if wave_began is None else round(wave_began - start, 2)
         reports.append(report)
     watched = set(t.name for t in tracks if t.health_url)
     result = dict(

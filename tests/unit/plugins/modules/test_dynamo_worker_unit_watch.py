@@ -126,6 +126,8 @@ def test_each_wave_starts_once_the_one_before_is_ready(monkeypatch, capsys):
     # b started only after a and m were ready: each had its two health answers by then.
     assert out["ready"] == ["a", "m", "b", "c"] and out["pending"] == [] and out["changed"] is True
     assert [u["wave"] for u in out["units"]] == [0, 0, 1, 2]
+    starts = [u["started_after_s"] for u in out["units"]]
+    assert starts[0] == starts[1] <= starts[2] <= starts[3]
 
 
 def test_a_crash_ends_the_watch_and_later_waves_never_start(monkeypatch, capsys):
@@ -142,4 +144,5 @@ def test_a_wave_not_ready_in_time_leaves_the_next_pending(monkeypatch, capsys):
     monkeypatch.setattr(mod.time, "monotonic", lambda: float(next(clock)))
     rc, out = watch(monkeypatch, capsys, host, [("a", 0), ("b", 1)], timeout=12)
     assert rc == 0 and out["not_ready"] == ["a", "b"] and out["pending"] == ["b"] and out["ready"] == []
+    assert out["units"][0]["started_after_s"] >= 0 and out["units"][1]["started_after_s"] is None
     assert host.log == [("start", ["dynamo-worker@a.service"])]
