@@ -24,6 +24,8 @@ import os
 import pwd
 import stat
 
+from ansible_collections.kvshare.dynamo.plugins.module_utils.unit_watch import parse_show_blocks
+
 STAMP_VERSION = 1
 # Drift lines shown in full; the rest is counted.
 MAX_DRIFT_LINES = 12
@@ -90,22 +92,7 @@ def tree_fingerprint(root):
 
 def parse_systemctl_show(text, units):
     """{unit: fingerprint} from `systemctl show --property=... u1 u2 ...` (blocks in argument order)."""
-    blocks, current = [], {}
-    for line in text.splitlines():
-        if not line.strip():
-            if current:
-                blocks.append(current)
-                current = {}
-            continue
-        key, dummy, value = line.partition("=")
-        current[key] = value
-    if current:
-        blocks.append(current)
-    result = {}
-    for index, unit in enumerate(units):
-        props = blocks[index] if index < len(blocks) else {}
-        result[unit] = unit_fingerprint(props)
-    return result
+    return dict((unit, unit_fingerprint(props)) for unit, props in zip(units, parse_show_blocks(text, len(units))))
 
 
 def unit_fingerprint(props):
