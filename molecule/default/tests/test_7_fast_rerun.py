@@ -9,7 +9,7 @@ whole bodies' idempotence is proven here with kvshare_fast_rerun=false. Then dri
 file the rdma_ucx role writes, removed by hand; it restarts nothing) must make that role, and only
 that role, run whole and repair it, and the run after that must skip every body again.
 """
-from conftest import group, SB
+from conftest import FRONTEND, group, SB
 
 # The include of each role's body (tasks/main.yml), by role.
 BODIES = {
@@ -71,6 +71,44 @@ def test_a_removed_file_runs_its_role_whole_and_only_that_role():
     assert {role: hosts for role, hosts in body_runs(doc).items() if hosts} == {"rdma_ucx": [host]}
 
     res, doc = SB.playbook_json("site.yml", log="site-fast")
+    assert res.returncode == 0 and doc is not None, res.stdout[-3000:] + res.stderr[-2000:]
+    assert changed(doc) == {}
+    assert {role: hosts for role, hosts in body_runs(doc).items() if hosts} == {}
+
+
+def task_results(doc, role, name):
+    """{host: result} of one task of a role, by its name, from a json callback document."""
+    found = {}
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"] == "kvshare.dynamo.%s : %s" % (role, name):
+                found.update(task["hosts"])
+    return found
+
+
+def test_stopped_units_are_only_started_again():
+    """The frontend and one mocker stopped by hand: their roles see only stopped units (start_only),
+    skip their configuration and start them; the run after that skips every body again."""
+    host = next(h for h in group("dynamo_workers") if any(w.get("engine") == "mocker" for w in SB.hostvars[h]["dynamo_workers"]))
+    mocker = next(w["name"] for w in SB.hostvars[host]["dynamo_workers"] if w.get("engine") == "mocker")
+    SB.podman_exec(FRONTEND, "systemctl stop dynamo-frontend")
+    SB.podman_exec(host, "systemctl stop dynamo-worker@%s" % mocker)
+    res, doc = SB.playbook_json("site.yml", log="site-start-only")
+    assert res.returncode == 0 and doc is not None, res.stdout[-3000:] + res.stderr[-2000:]
+    frontend = task_results(doc, "dynamo_frontend", "Compare the host with the last whole run of this role")[FRONTEND]
+    assert frontend["start_only"] is True, frontend["drift"]
+    assert task_results(doc, "dynamo_frontend", "Configure the frontend service")[FRONTEND].get("skipped")
+    worker = task_results(doc, "dynamo_worker", "Compare the host with the last whole run of this role")[host]
+    assert worker["start_only"] is True and len(worker["drift"]) == 1, worker["drift"]
+    assert worker["drift"][0].startswith("unit dynamo-worker@%s.service: it is now " % mocker), worker["drift"]
+    assert task_results(doc, "dynamo_worker", "Configure the worker units")[host].get("skipped")
+    watch = task_results(doc, "dynamo_worker", "Start and watch on their host (unit state, own /health) the workers, wave after wave")
+    assert watch[host]["started"] == [mocker] and mocker in watch[host]["ready"], watch[host]
+    assert set(changed(doc)) <= {FRONTEND, host}
+    for target, unit in ((FRONTEND, "dynamo-frontend"), (host, "dynamo-worker@%s" % mocker)):
+        assert SB.podman_exec(target, "systemctl is-active %s" % unit).strip() == "active"
+
+    res, doc = SB.playbook_json("site.yml", log="site-fast-after-start")
     assert res.returncode == 0 and doc is not None, res.stdout[-3000:] + res.stderr[-2000:]
     assert changed(doc) == {}
     assert {role: hosts for role, hosts in body_runs(doc).items() if hosts} == {}
