@@ -121,24 +121,23 @@ def readiness_seconds(doc, host):
     return total
 
 
-def started_workers(doc, host):
-    """The workers the run's unit watches started or restarted on `host`."""
-    names = set()
+def watch_results(doc, host):
+    """The results of the unit watches that ran on `host`."""
     for dummy, task in tasks_of(doc):
         res = task["hosts"].get(host) or {}
         if (res.get("action") or "").rsplit(".", 1)[-1] == "dynamo_worker_unit_watch" and not res.get("skipped"):
-            names.update(res.get("started") or [])
-    return sorted(names)
+            yield res
+
+
+def started_workers(doc, host):
+    """The workers the run's unit watches started or restarted on `host`."""
+    return sorted(set(name for res in watch_results(doc, host) for name in res.get("started") or []))
 
 
 def start_order(doc, host):
     """The unit watch's own account of `host`'s start waves: (waves, every unit of wave k+1 started
     after every unit of wave k had a ready /health)."""
-    units = []
-    for dummy, task in tasks_of(doc):
-        res = task["hosts"].get(host) or {}
-        if (res.get("action") or "").rsplit(".", 1)[-1] == "dynamo_worker_unit_watch" and not res.get("skipped"):
-            units.extend(u for u in res.get("units") or [] if u.get("started_after_s") is not None)
+    units = [u for res in watch_results(doc, host) for u in res.get("units") or [] if u.get("started_after_s") is not None]
     waves = sorted(set(u["wave"] for u in units))
     ordered = True
     for before, after in zip(waves, waves[1:]):

@@ -18,16 +18,6 @@ SHOW_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "Result", "ExecMainCo
 _CODES = {"1": "exited", "2": "killed by signal", "3": "dumped core"}
 
 
-def parse_show(text):
-    """`systemctl show -p A,B unit` output as a dict."""
-    props = {}
-    for line in (text or "").splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            props[key.strip()] = value.strip()
-    return props
-
-
 def parse_show_blocks(text, count):
     """`systemctl show -p A,B u1 u2 ...` output as one dict per unit, in argument order (systemd
     separates the units' blocks with a blank line). Missing blocks come back empty."""

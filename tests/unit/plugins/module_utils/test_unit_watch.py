@@ -13,7 +13,7 @@ def props(active="active", sub="running", n=0, code="", status=""):
 
 
 def test_parse_show():
-    assert uw.parse_show("ActiveState=active\nNRestarts=3\nbogus\n") == {"ActiveState": "active", "NRestarts": "3"}
+    assert uw.parse_show_blocks("ActiveState=active\nNRestarts=3\nbogus\n", 1) == [{"ActiveState": "active", "NRestarts": "3"}]
 
 
 def test_health_ready():
