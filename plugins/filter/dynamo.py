@@ -214,6 +214,19 @@ def worker_maru_servers(workers):
     return sorted({url for url in (_workers.maru_server_url(w) for w in workers or []) if url})
 
 
+def worker_pool_probe(requires, maru_servers, python, local_maru=False):
+    """preflight_info's paths, units and commands for the pool a host's workers require."""
+    try:
+        return _workers.pool_probe(requires, maru_servers, python, bool(local_maru))
+    except (AttributeError, KeyError, TypeError) as exc:
+        raise AnsibleFilterError("worker_pool_probe: malformed dynamo_worker_requires: %s" % exc) from exc
+
+
+def worker_pool_problems(probe):
+    """Why the pool the workers require is down, from preflight_info's result (empty when up)."""
+    return _workers.pool_problems(probe)
+
+
 def _fmt(value, spec="%s", none="-"):
     return none if value is None else spec % value
 
@@ -281,4 +294,6 @@ class FilterModule:
             "kv_share_table": kv_share_table,
             "ready_summary": ready_summary,
             "worker_maru_servers": worker_maru_servers,
+            "worker_pool_probe": worker_pool_probe,
+            "worker_pool_problems": worker_pool_problems,
         }

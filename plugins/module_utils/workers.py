@@ -403,3 +403,37 @@ def maru_instance_id(worker):
     if extra is None or not extra.get("maru_instance_id"):
         return None
     return str(extra["maru_instance_id"])
+
+
+def pool_probe(requires, maru_servers, python, local_maru=False):
+    """What to read on a worker host before its workers start (preflight_info's paths, units,
+    commands): dynamo_worker_requires' paths and units, maru-server.service where the host runs the
+    Maru server its workers use, and one bounded `kvshare_maru_connector wait` per maru-server URL
+    (the probe the units run as ExecStartPre)."""
+    requires = list(requires or [])
+    servers = list(maru_servers or [])
+    units = [str(r["unit"]) for r in requires if r.get("unit")]
+    if local_maru and servers and "maru-server.service" not in units:
+        units.append("maru-server.service")
+    return {
+        "paths": [str(r["path"]) for r in requires if r.get("path")],
+        "units": units,
+        "commands": [{"name": url, "argv": [str(python), "-m", "kvshare_maru_connector", "wait", url, "--timeout", "5"]}
+                     for url in servers],
+    }
+
+
+def pool_problems(probe):
+    """Why the pool the workers require is down, from preflight_info's result (empty when up):
+    missing paths, units not active, units systemctl could not read, then what each failing Maru
+    server probe printed."""
+    probe = probe or {}
+    problems = ["path %s is missing" % path for path, info in (probe.get("paths") or {}).items()
+                if not (info or {}).get("exists")]
+    units = probe.get("units") or {}
+    problems += ["unit %s is %s" % (unit, state["ActiveState"]) for unit, state in units.items()
+                 if state and state.get("ActiveState") != "active"]
+    problems += ["unit %s could not be read" % unit for unit, state in units.items() if not state]
+    problems += [(result.get("stderr") or "").strip() or "%s: probe exited %s" % (name, result.get("rc"))
+                 for name, result in (probe.get("commands") or {}).items() if result.get("rc") != 0]
+    return problems

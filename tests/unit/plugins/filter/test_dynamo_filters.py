@@ -7,6 +7,7 @@ import json
 import shlex
 
 import pytest
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvshare.dynamo.plugins.filter import dynamo as f
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as w
@@ -251,3 +252,40 @@ def test_verify_pool_space_names_a_pool_too_full_for_worker_a():
                                                       "kv_transfer_config": MARU}})
     assert w.maru_pool_size(default["a"]["worker"]) == 1024 * mib
     assert f.verify_pool_space([_usage_result(default, 2048 * mib, 512 * mib)])
+
+
+def test_pool_probe_reads_requires_and_probes_each_maru_server():
+    requires = [{"path": "/mnt/maru-fsdax"}, {"unit": "maru-resource-manager.service"}]
+    servers = ["tcp://127.0.0.1:5555", "tcp://127.0.0.2:5555"]
+    probe = f.worker_pool_probe(requires, servers, "/opt/dynamo/venv/bin/python", True)
+    assert probe["paths"] == ["/mnt/maru-fsdax"]
+    assert probe["units"] == ["maru-resource-manager.service", "maru-server.service"]
+    assert probe["commands"] == [
+        {"name": url, "argv": ["/opt/dynamo/venv/bin/python", "-m", "kvshare_maru_connector", "wait", url, "--timeout", "5"]}
+        for url in servers]
+    # The local server unit only where this host runs it, and never twice.
+    assert f.worker_pool_probe(requires, servers, "/py", False)["units"] == ["maru-resource-manager.service"]
+    twice = f.worker_pool_probe(requires + [{"unit": "maru-server.service"}], servers, "/py", True)
+    assert twice["units"] == ["maru-resource-manager.service", "maru-server.service"]
+    assert f.worker_pool_probe([], [], "/py", True) == {"paths": [], "units": [], "commands": []}
+    with pytest.raises(AnsibleFilterError, match="worker_pool_probe: malformed dynamo_worker_requires"):
+        f.worker_pool_probe(["/mnt/maru-fsdax"], [], "/py")
+
+
+def test_pool_problems_in_the_order_the_rollout_reports_them():
+    up = {"paths": {"/mnt/maru-fsdax": {"exists": True, "isdir": True}},
+          "units": {"maru-server.service": {"ActiveState": "active", "SubState": "running", "LoadState": "loaded"}},
+          "commands": {"tcp://127.0.0.1:5555": {"rc": 0, "stdout": "", "stderr": ""}}}
+    assert f.worker_pool_problems(up) == []
+    down = {"paths": {"/mnt/maru-fsdax": {"exists": True, "isdir": True}, "/mnt/none": {"exists": False, "isdir": False}},
+            "units": {"maru-server.service": {"ActiveState": "inactive", "SubState": "dead", "LoadState": "loaded"},
+                      "maru-resource-manager.service": None},
+            "commands": {"tcp://127.0.0.1:5555": {"rc": 1, "stdout": "", "stderr": " no answer from tcp://127.0.0.1:5555 \n"},
+                         "tcp://127.0.0.2:5555": {"rc": 2, "stdout": "", "stderr": ""}}}
+    assert f.worker_pool_problems(down) == [
+        "path /mnt/none is missing",
+        "unit maru-server.service is inactive",
+        "unit maru-resource-manager.service could not be read",
+        "no answer from tcp://127.0.0.1:5555",
+        "tcp://127.0.0.2:5555: probe exited 2",
+    ]
