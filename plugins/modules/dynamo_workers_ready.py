@@ -205,6 +205,7 @@ not_ready:
   elements: str
 """
 
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -216,6 +217,50 @@ PROBE_PROMPT = "hi"
 def _probe_payload(model, instance_id):
     return dynamo_http.completion_payload(model, PROBE_PROMPT, 1, instance_id=instance_id,
                                           temperature=0)
+
+
+def _check_worker(st, instances, frontend_error, completions_url, start, deadline, request_timeout, clock):
+    """One round for one worker: map it to its instance, check its registration, probe it."""
+    rt = max(min(float(request_timeout), deadline - clock()), 0.5)
+    mapping = dynamo_http.map_worker(st["system_url"], instances or [], rt,
+                                     rpc_port=st["rpc_port"])
+    if mapping.instance_id is None:
+        st["last_error"] = mapping.error
+        return
+    if st["instance_id"] is not None and st["instance_id"] != mapping.instance_id:
+        # the worker restarted (new lease): forget the old registration
+        st["registered"] = False
+        st["registered_after_s"] = None
+    st["instance_id"] = mapping.instance_id
+    st["instance_id_str"] = str(mapping.instance_id)
+    st["mapping_method"] = mapping.method
+    if instances is None:
+        st["last_error"] = frontend_error
+        return
+    if not mapping.registered:
+        st["registered"] = False
+        st["last_error"] = ("instance %d is not (yet) among the frontend's generate "
+                            "instances" % mapping.instance_id)
+        return
+    if not st["registered"]:
+        st["registered"] = True
+        if st["registered_after_s"] is None:
+            st["registered_after_s"] = round(clock() - start, 3)
+    if not st["completion_probe"]:
+        st["ready"] = True
+        st["ready_after_s"] = round(clock() - start, 3)
+        st["last_error"] = None
+        return
+    res = dynamo_http.post_json(completions_url,
+                                _probe_payload(st["model"], mapping.instance_id), rt)
+    st["probes"] += 1
+    st["last_probe"] = res.summary()
+    if res.status == 200:
+        st["ready"] = True
+        st["ready_after_s"] = round(clock() - start, 3)
+        st["last_error"] = None
+    else:
+        st["last_error"] = "completion probe: %s" % res.describe()
 
 
 def wait_for_workers(frontend_url, workers, timeout=300.0, interval=0.5, request_timeout=10.0,
@@ -256,47 +301,15 @@ def wait_for_workers(frontend_url, workers, timeout=300.0, interval=0.5, request
         remaining = max(deadline - clock(), 0.0)
         rt = max(min(float(request_timeout), remaining), 0.5)
         _res, instances, frontend_error = dynamo_http.fetch_instances(frontend_url, rt)
-        for st in pending:
-            rt = max(min(float(request_timeout), deadline - clock()), 0.5)
-            mapping = dynamo_http.map_worker(st["system_url"], instances or [], rt,
-                                             rpc_port=st["rpc_port"])
-            if mapping.instance_id is None:
-                st["last_error"] = mapping.error
-                continue
-            if st["instance_id"] is not None and st["instance_id"] != mapping.instance_id:
-                # the worker restarted (new lease): forget the old registration
-                st["registered"] = False
-                st["registered_after_s"] = None
-            st["instance_id"] = mapping.instance_id
-            st["instance_id_str"] = str(mapping.instance_id)
-            st["mapping_method"] = mapping.method
-            if instances is None:
-                st["last_error"] = frontend_error
-                continue
-            if not mapping.registered:
-                st["registered"] = False
-                st["last_error"] = ("instance %d is not (yet) among the frontend's generate "
-                                    "instances" % mapping.instance_id)
-                continue
-            if not st["registered"]:
-                st["registered"] = True
-                if st["registered_after_s"] is None:
-                    st["registered_after_s"] = round(clock() - start, 3)
-            if not st["completion_probe"]:
-                st["ready"] = True
-                st["ready_after_s"] = round(clock() - start, 3)
-                st["last_error"] = None
-                continue
-            res = dynamo_http.post_json(completions_url,
-                                        _probe_payload(st["model"], mapping.instance_id), rt)
-            st["probes"] += 1
-            st["last_probe"] = res.summary()
-            if res.status == 200:
-                st["ready"] = True
-                st["ready_after_s"] = round(clock() - start, 3)
-                st["last_error"] = None
-            else:
-                st["last_error"] = "completion probe: %s" % res.describe()
+        # Side by side: each worker's completion is its own engine's work, and a freshly started
+        # engine can take seconds to answer its first one.
+        threads = [threading.Thread(target=_check_worker, args=(st, instances, frontend_error, completions_url, start,
+                                                                deadline, request_timeout, clock))
+                   for st in pending]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
         if all(s["ready"] for s in states):
             break
         now = clock()

@@ -98,8 +98,32 @@ def test_all_ready_in_one_round(sites, capsys):
     assert 0 <= wa["registered_after_s"] <= wa["ready_after_s"]
     probes = fe.site.posts()
     assert sorted(p["nvext"]["backend_instance_id"] for p in probes) == sorted([A_ID, B_ID, M_ID])
-    assert probes[0] == {"model": "tiny", "prompt": "hi", "max_tokens": 1, "temperature": 0,
-                         "nvext": {"backend_instance_id": A_ID}}
+    assert [p for p in probes if p["nvext"]["backend_instance_id"] == A_ID] == [
+        {"model": "tiny", "prompt": "hi", "max_tokens": 1, "temperature": 0, "nvext": {"backend_instance_id": A_ID}}]
+
+
+def test_probes_the_workers_side_by_side(sites, capsys):
+    # Each completion is answered only once both have arrived: probed one after the other, the
+    # first would wait out the barrier and fail.
+    import threading
+    barrier = threading.Barrier(2, timeout=5)
+
+    def probe(req, n):
+        try:
+            barrier.wait()
+        except threading.BrokenBarrierError:
+            return Reply(503, b"{}", "application/json")
+        return json_reply(fixture_text("completion_probe_vllm_200.json"))
+    fe = Frontend(["frontend_health_instances.json"], probe=probe)
+    a = metrics_site(["vllm_worker_metrics_full.txt"])
+    b = metrics_site(["kv_vllm/metrics_b_0.txt"])
+    sites.extend([fe, a, b])
+    rc, out = run_main(dict(frontend_url=fe.url, timeout=8, workers=[
+        {"name": "A", "model": "tiny", "system_url": a.url, "rpc_port": 28091},
+        {"name": "B", "model": "tiny", "system_url": b.url}]), capsys)
+    assert rc == 0 and not out.get("failed"), out
+    assert out["rounds"] == 1 and out["not_ready"] == []
+    assert [w["probes"] for w in out["workers"]] == [1, 1]
 
 
 def test_waits_for_registration_then_503_then_ready(sites):
