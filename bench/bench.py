@@ -9,8 +9,9 @@ Run after `./dev.sh sandbox` (the stack must be up): `./dev.sh bench` or
 `.venv/bin/python bench/bench.py [--runs N] [--only rollout,verify,recovery,hosts,workers]`. Every
 figure is the median of --runs runs (default 3). Prints the tables and writes reports/bench.json.
 The first three parts change the sandbox while they run (stop/start services, kill a worker; with
-the stack stopped, restart maru-server to hand its pool back whole) and leave the inventory's stack
-serving; the scaling parts run on a copy of their own.
+the stack stopped, restart maru-server when its pool lacks room for the next run's worker starts,
+then roll out untimed) and leave the inventory's stack serving; the scaling parts run on a copy of
+their own.
 
   P1  warm site.yml (services stopped, packages installed) / floor (systemctl start in the same
       legal order, readiness polled every 0.1 s)                              target <= 1.5 (then 1.2)
@@ -197,14 +198,35 @@ def pool_free(host):
     raise AssertionError("no pool in maru_test_client stats on %s: %r" % (host, out))
 
 
-def empty_pools():
-    """Restart each stopped pool's maru-server and wait until its pool is all free again.
-    Upstream's maru-server keeps a restarted worker's region (docs/maru.md), so without this every
-    stop/start cycle kept 128 MiB per Maru worker and the runs after the fourth measured starts
-    against a full pool: each run starts from the pool the first one had."""
-    for host in SB.group("maru_pool"):
+def pool_room_needed(cycles):
+    """Bytes `cycles` starts of the Maru workers take from their pools: upstream's maru-server keeps
+    a restarted worker's region (docs/maru.md), so each start of a worker allocates its pool size
+    anew (plus a little for its scheduler page)."""
+    sizes = []
+    for host, worker in SB.workers():
+        if worker.get("kv_pool"):
+            pool = worker["kv_pool"] if isinstance(worker["kv_pool"], dict) else {"host": host}
+            size = str(SB.hostvars[pool.get("host", host)].get("maru_pool_pool_size", "1G"))
+            sizes.append(int(float(size[:-1]) * {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}[size[-1].upper()]))
+    return int(cycles * sum(sizes) * 1.05)
+
+
+def ensure_pool_room(cycles):
+    """Give each Maru pool room for `cycles` more starts of its workers, untimed: with the stack
+    stopped, restart maru-server (which frees every region) and roll out again, so the next timed
+    run finds the pool service recorded as converged. Without it the runs after about the fifth
+    stop/start cycle start their workers against a full pool (every allocation fails)."""
+    needed = pool_room_needed(cycles)
+    pools = [host for host in SB.group("maru_pool") if pool_free(host)[0] < needed]
+    if not pools:
+        return
+    stop_stack()
+    for host in pools:
         SB.ssh(host, "systemctl restart maru-server")
         wait(lambda: pool_free(host)[0] == pool_free(host)[1], timeout=120)
+    run(SB, "site.yml")
+    print("   (untimed: the Maru pool of %s emptied by a maru-server restart, then site.yml)" % ", ".join(pools),
+          flush=True)
 
 
 def stop_stack():
@@ -218,7 +240,6 @@ def stop_stack():
         t.join()
     SB.ssh(SB.frontend, "systemctl stop dynamo-frontend")
     wait(lambda: http_json(SB.frontend_url + "/live", timeout=10)[0] is None, timeout=60)
-    empty_pools()
 
 
 def waves(workers):
@@ -254,6 +275,7 @@ def rollout(runs):
     """P1 and P2: per run the floor, a warm site.yml, then a re-run that must change and restart nothing."""
     floor, warm, rerun, floor_ready, profiles = [], [], [], [], []
     for number in range(runs):
+        ensure_pool_room(2)
         stop_stack()
         took, ready = floor_start()
         floor.append(took)
@@ -511,6 +533,7 @@ def main():
         res["verify"] = {"wall_s": median([w for w, dummy in p4]), "request_s": median([r for dummy, r in p4])}
     if "recovery" in parts:
         print("== P5: recovery after kill -9", flush=True)
+        ensure_pool_room(args.runs)
         p5 = [recovery(floor_ready) for dummy in range(args.runs)]
         for n, p in enumerate(p5, 1):
             print("   run %d: %.1f s; after the kill: %s; serving %.1f s" % (n, p["recovery_s"], ", ".join(
