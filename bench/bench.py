@@ -202,12 +202,13 @@ def pool_room_needed(cycles):
     """Bytes `cycles` starts of the Maru workers take from their pools: upstream's maru-server keeps
     a restarted worker's region (docs/maru.md), so each start of a worker allocates its pool size
     anew (plus a little for its scheduler page)."""
+    sys.path.insert(0, os.path.join(REPO, "collections"))
+    from ansible_collections.kvshare.dynamo.plugins.module_utils.maru import parse_size
     sizes = []
     for host, worker in SB.workers():
         if worker.get("kv_pool"):
             pool = worker["kv_pool"] if isinstance(worker["kv_pool"], dict) else {"host": host}
-            size = str(SB.hostvars[pool.get("host", host)].get("maru_pool_pool_size", "1G"))
-            sizes.append(int(float(size[:-1]) * {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}[size[-1].upper()]))
+            sizes.append(parse_size(SB.hostvars[pool.get("host", host)].get("maru_pool_pool_size", "1G")))
     return int(cycles * sum(sizes) * 1.05)
 
 
@@ -223,7 +224,7 @@ def ensure_pool_room(cycles):
     stop_stack()
     for host in pools:
         SB.ssh(host, "systemctl restart maru-server")
-        wait(lambda: pool_free(host)[0] == pool_free(host)[1], timeout=120)
+        wait(lambda: len(set(pool_free(host))) == 1, timeout=120)  # free == total: one stats call a poll
     run(SB, "site.yml")
     print("   (untimed: the Maru pool of %s emptied by a maru-server restart, then site.yml)" % ", ".join(pools),
           flush=True)
