@@ -3,12 +3,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Pytest setup: make `ansible_collections.kvshare.dynamo` importable from this checkout, and keep
-every test on loopback (tests/ansible_guard.py): an Ansible run that could reach a host outside
-127.0.0.0/8, or a socket the test process connects elsewhere, is refused and fails the test."""
+every test on loopback (tests/ansible_guard.py): an Ansible run or an ssh that could reach a host
+outside 127.0.0.0/8 (read through env/timeout/sh -c... wrappers; delegate_to and add_host targets at
+run time), or a socket the test process connects elsewhere, is refused and fails the test."""
 import os
-import shlex
-import socket
-import subprocess
 import sys
 
 import pytest
@@ -32,58 +30,17 @@ if TESTS not in sys.path:
 
 import ansible_guard  # noqa: E402
 
-_popen_init = subprocess.Popen.__init__
-_connect, _connect_ex = socket.socket.connect, socket.socket.connect_ex
-
-
-def _argv(args, shell):
-    if isinstance(args, (list, tuple)):
-        return [os.fspath(a) if not isinstance(a, (str, bytes)) else a for a in args]
-    if isinstance(args, str) and not shell:
-        return [args]
-    if isinstance(args, str):
-        # a shell line: only one that starts with the command itself is understood
-        try:
-            return shlex.split(args)
-        except ValueError:
-            return []
-    return [os.fspath(args)]
-
-
-def _guarded_popen_init(self, args, *rest, **kwargs):
-    argv = [a.decode() if isinstance(a, bytes) else str(a) for a in _argv(args, kwargs.get("shell"))]
-    try:
-        ansible_guard.check_run(argv, kwargs.get("cwd"), kwargs.get("env"))
-    except ansible_guard.NonLoopbackAnsibleRun as exc:
-        ansible_guard.RECORDED.append(str(exc))
-        raise
-    _popen_init(self, args, *rest, **kwargs)
-
-
-def _guarded(method):
-    def connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6):
-            try:
-                ansible_guard.check_connect(address)
-            except ansible_guard.NonLoopbackAnsibleRun as exc:
-                ansible_guard.RECORDED.append(str(exc))
-                raise
-        return method(self, address)
-    connect.__name__ = method.__name__
-    return connect
-
-
-subprocess.Popen.__init__ = _guarded_popen_init
-socket.socket.connect = _guarded(_connect)
-socket.socket.connect_ex = _guarded(_connect_ex)
+# Popen (every ansible*/molecule/ssh command, through env/timeout/sh -c... wrappers), socket connects,
+# and the run-time guard for every Ansible run started here (tests/ansible_guard.py).
+ansible_guard.install()
 
 
 @pytest.fixture(autouse=True)
 def _loopback_only():
-    """Fail the test when it tried to leave loopback, even where it caught the refusal."""
-    del ansible_guard.RECORDED[:]
+    """Fail the test when it, or a run it started, tried to leave loopback, even where it caught the refusal
+    (also a refusal in a wider-scoped fixture it uses, set up just before)."""
     yield
-    refused, ansible_guard.RECORDED[:] = list(ansible_guard.RECORDED), []
+    refused = ansible_guard.take_refusals()
     if refused:
         pytest.fail("left loopback: %s" % " | ".join(refused), pytrace=False)
 

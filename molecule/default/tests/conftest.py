@@ -6,6 +6,11 @@
 
 The helpers are tests/lib/sandbox.py's, for the inventory in KVSHARE_INVENTORY (another copy of the
 sandbox, with other addresses and container names) or inventories/sandbox.
+
+This pytest (molecule's verifier, rootdir molecule/default/tests) does not load tests/conftest.py: it
+installs the same loopback guard itself (tests/ansible_guard.py), so every ssh testinfra starts, every
+Ansible run and every socket of these checks is refused, and fails the check, when it could leave
+127.0.0.0/8 (Ansible's runs also get the run-time guard: delegate_to, add_host).
 """
 import os
 import sys
@@ -14,6 +19,10 @@ import pytest
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 sys.path.insert(0, os.path.join(REPO, "tests"))
+import ansible_guard  # noqa: E402  (tests/ansible_guard.py, the one guard library)
+
+ansible_guard.install()
+
 from lib.sandbox import Sandbox, http_json, wait_for  # noqa: E402
 
 SB = Sandbox()
@@ -28,6 +37,15 @@ __all__ = ["REPO", "INVENTORY", "HOSTVARS", "FRONTEND", "FRONTEND_URL", "group",
 def ansible_playbook(*args, timeout=1200):
     """ansible-playbook -i <inventory> *args: the CompletedProcess."""
     return SB.playbook(*args, timeout=timeout)[0]
+
+
+@pytest.fixture(autouse=True)
+def _loopback_only():
+    """Fail the check when it, or a run it started, tried to leave loopback, even where it caught the refusal."""
+    yield
+    refused = ansible_guard.take_refusals()
+    if refused:
+        pytest.fail("left loopback: %s" % " | ".join(refused), pytrace=False)
 
 
 @pytest.fixture(scope="session")
