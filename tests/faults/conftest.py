@@ -5,8 +5,9 @@
 """Fault suite session: the sandbox copy up and rolled out, results table and reports/faults.json.
 
 Needs podman and root: skipped unless KVSHARE_FAULTS=1 (`./dev.sh faults` sets it).
-  KVSHARE_FAULTS_INVENTORY  run on these rolled-out hosts instead of a copy (CI: inventories/sandbox,
-                            after molecule's converge and verify); logs go to KVSHARE_FAULTS_DIR
+  KVSHARE_FAULTS_INVENTORY  run on these rolled-out hosts instead of a copy (CI: the cases marked kv
+                            on inventories/sandbox after molecule's verify, the others on the day-2
+                            copy after its suite); logs go to KVSHARE_FAULTS_DIR
   KVSHARE_FAULTS_REUSE=1    reuse the copy's running hosts (no create.yml/site.yml at start)
   KVSHARE_FAULTS_DESTROY=1  remove the copy's hosts at the end
 """
@@ -35,7 +36,8 @@ def stack():
     """The copy's hosts created and rolled out; yields the "nothing lost" baseline."""
     import faultlib as F
     t0 = time.monotonic()
-    # On given, rolled-out hosts (KVSHARE_FAULTS_INVENTORY, CI: molecule's) or a reused copy: no setup.
+    # On given, rolled-out hosts (KVSHARE_FAULTS_INVENTORY, CI: molecule's or the day-2 copy's) or a
+    # reused copy: no setup.
     if not F.TARGET and os.environ.get("KVSHARE_FAULTS_REUSE") != "1":
         res, dummy = F.playbook("sandbox/create.yml")
         assert res.returncode == 0, "sandbox/create.yml failed:\n" + res.stdout[-4000:]
@@ -46,6 +48,10 @@ def stack():
     yield F.baseline()
     if os.environ.get("KVSHARE_FAULTS_DESTROY") == "1" and not F.TARGET:
         F.playbook("sandbox/destroy.yml")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "kv: about the KV pool and its vLLM engines (CI: on the molecule hosts)")
 
 
 def pytest_terminal_summary(terminalreporter):

