@@ -18,8 +18,8 @@ from lib.sandbox import Sandbox
 # The cases use these as F.<name>.
 REPO, podman, wait_for = sandbox.REPO, sandbox.podman, sandbox.wait_for
 
-# KVSHARE_FAULTS_INVENTORY: an existing, rolled-out sandbox (CI: the molecule scenario's hosts,
-# inventories/sandbox, for the kv cases; the day-2 copy for the others) instead of a copy of its
+# KVSHARE_FAULTS_INVENTORY: an existing, rolled-out sandbox (CI: the day-2 copy, for the
+# cases not marked kv; ./dev.sh faults_kv: the molecule scenario's hosts, for the kv ones) instead of a copy of its
 # own; the run's logs and reports go to RUN_DIR.
 TARGET = os.environ.get("KVSHARE_FAULTS_INVENTORY")
 if TARGET:
