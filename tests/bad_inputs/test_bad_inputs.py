@@ -10,24 +10,33 @@ nothing is gathered, host probes are skipped). A case passes when
 - ansible-playbook fails, in the validation play (the only play that runs),
 - every task that ran is controller-side validation (assert/set_fact/debug/include_role/argument
   specs) and every host's recap shows changed=0: nothing touched this machine or a host,
+- it fails in the check it is written for (CHECK_OF) and, where that check asserts several
+  conditions, on the condition it is written for (CONDITION_OF): a case that trips another check,
+  or another condition of its check, fails,
 - the failure message names the offending variable and the offending host (a failed argument
   spec is attributed to its host by Ansible, `fatal: [host]`; the spec message names the variable).
 The base inventories themselves must pass (test_base_inventory_is_valid), so each failure is the
-mutation's. A few cases run a rollout (site.yml, upgrade.yml) with the offline flag instead: it must
-refuse the flag in its validation play, before anything else runs. The cases run as many at a time
-as there are CPUs (2-6; one ansible-playbook each) or KVSHARE_BAD_INPUT_JOBS; conftest.py prints
-"bad inputs rejected N/N".
+mutation's, and every condition of every multi-condition assert in validate.yml and the roles'
+preflights has a case or a reason it has none (test_every_condition_has_a_case). A few cases run a
+rollout (site.yml, upgrade.yml) with the offline flag instead: it must refuse the flag in its
+validation play, before anything else runs.
+
+Every case runs, as its own ansible-playbook run, in one pre-forking server (prefork.py: Ansible
+and the collection imported once, one forked child per run); KVSHARE_BAD_INPUT_JOBS runs at a
+time (default: one per CPU, 2-6). `pytest -k <case>` runs only the cases selected (and the bases).
+conftest.py prints "bad inputs rejected N/N".
 """
-import concurrent.futures
 import copy
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 import pytest
 import yaml
+
+import ansible_guard
+import prefork
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PLAYBOOK = os.path.join(REPO, "playbooks", "validate.yml")
@@ -377,14 +386,71 @@ CASES = [
     ("firewall_dynamic_range_reversed", "maru", hv("node-3", firewall_enabled=True,
                                                    firewall_dynamic_port_range="60999-32768"),
      "node-3", ["firewall_dynamic_port_range", "60999-32768"]),
+    # each condition of an assert with several: one case each, which must fail on that condition
+    # (CONDITION_OF), not on another one of the same assert
+    ("bind_address_empty_offline", "maru", hv("node-3", kvshare_bind_address=""), "node-3", ["kvshare_bind_address"]),
+    ("bind_address_all_addresses", "maru", hv("node-3", kvshare_bind_address="0.0.0.0"), "node-3",
+     ["kvshare_bind_address", "'0.0.0.0'"]),
+    ("dynamo_workers_item_not_a_mapping", "maru", hv("node-3", dynamo_workers=["mock-a"]), "node-3",
+     ["dynamo_workers", "got a list"]),
+    ("frontend_port_out_of_range", "maru", hv("node-1", dynamo_frontend_http_port=70000), "node-1",
+     ["dynamo_frontend_http_port"]),
+    ("frontend_env_disables_nvext", "maru", hv("node-1", dynamo_frontend_env={"DYN_DISABLE_FRONTEND_NVEXT": "1"}),
+     "node-1", ["dynamo_frontend_env", "DYN_DISABLE_FRONTEND_NVEXT"]),
+    ("frontend_env_sets_nats", "maru", hv("node-1", dynamo_frontend_env={"NATS_SERVER": "nats://127.0.0.1:4222"}),
+     "node-1", ["dynamo_frontend_env", "NATS_SERVER"]),
+    ("frontend_without_etcd_env_file", "maru", hv("node-1", etcd_client_env_file=""), "node-1",
+     ["etcd_client role's environment file"]),
+    ("workers_without_etcd_env_file", "maru", hv("node-3", etcd_client_env_file=""), "node-3",
+     ["etcd_client role's environment file"]),
+    ("pip_steps_empty", "maru", hv("node-3", dynamo_runtime_pip_steps=[]), "node-3", ["dynamo_runtime_pip_steps"]),
+    ("pip_step_without_packages", "maru", hv("node-3", dynamo_runtime_pip_steps=[{"engines": ["vllm"]}]), "node-3",
+     ["dynamo_runtime_pip_steps", "`packages` list"]),
+    ("pip_step_packages_string", "maru", hv("node-3", dynamo_runtime_pip_steps=[{"packages": "ai-dynamo==1.6.1"}]),
+     "node-3", ["dynamo_runtime_pip_steps", "`packages` list"]),
+    ("etcd_client_port_signed", "maru", hv("node-1", etcd_client_port="+2379"), "node-1", ["etcd_client_port (+2379)"]),
+    ("etcd_peer_port_signed", "maru", hv("node-1", etcd_peer_port="+2380"), "node-1", ["etcd_peer_port (+2380)"]),
+    ("etcd_client_port_out_of_range", "maru", hv("node-2", etcd_client_port=70000), "node-2", ["etcd_client_port (70000)"]),
+    ("etcd_peer_port_zero", "maru", hv("node-3", etcd_peer_port=0), "node-3", ["etcd_peer_port (0)"]),
+    ("etcd_member_name_not_plain", "maru", hv("node-2", etcd_member_name="node 2"), "node-2", ["etcd_member_name (node 2)"]),
+    ("etcd_proxy_port_out_of_range", "maru", hv("node-3", etcd_client_proxy_port=0), "node-3",
+     ["etcd_client_proxy_port", "'127.0.0.1:0'"]),
+    ("etcd_proxy_on_member_port", "maru", hv("node-1", etcd_address="127.0.0.5", etcd_client_proxy_address="127.0.0.5",
+                                             etcd_client_proxy_port=2379), "node-1",
+     ["etcd_client_proxy_port", "'127.0.0.5:2379'", "etcd client or peer port"]),
+    ("firewall_conf_relative", "maru", hv("node-2", firewall_enabled=True, firewall_nftables_conf="nftables.conf"),
+     "node-2", ["firewall_nftables_conf (nftables.conf)"]),
+    ("firewall_conf_is_role_ruleset", "maru", hv("node-2", firewall_enabled=True,
+                                                 firewall_nftables_conf="/etc/nftables.d/kvshare.nft"),
+     "node-2", ["firewall_nftables_conf (/etc/nftables.d/kvshare.nft)"]),
+    ("kvcr_socket_not_under_run", "kvcr", gv("kvcr", kvcr_service_socket_path="/tmp/kvcr.sock"), "gpu-a",
+     ["kvcr_service_socket_path"]),
+    ("kvcr_pool_dir_relative", "kvcr", gv("kvcr", kvcr_service_pool_dir="kvcr-pool"), "gpu-a", ["kvcr_service_pool_dir"]),
+    ("kvcr_guard_count_zero", "kvcr", gv("kvcr", kvcr_service_guard_count=0), "gpu-a", ["kvcr_service_guard_count"]),
+    ("kvcr_pool_sizes_empty", "kvcr", gv("kvcr", kvcr_service_pool_sizes_gb=[]), "gpu-a", ["kvcr_service_pool_sizes_gb"]),
+    ("kvcr_heartbeat_too_short", "kvcr", gv("kvcr", kvcr_service_heartbeat_timeout_ms=500), "gpu-a",
+     ["kvcr_service_heartbeat_timeout_ms"]),
+    ("kvcr_state_agent_port_out_of_range", "kvcr", hv("gpu-b", kvcr_state_agent_system_port=70000), "gpu-b",
+     ["kvcr on gpu-b"]),
+    ("kvcr_without_etcd_env_file", "kvcr", hv("gpu-b", etcd_client_env_file=""), "gpu-b",
+     ["etcd_client role's environment file"]),
+    ("maru_git_without_version", "maru", hv("node-2", maru_pool_git_version=""), "node-2",
+     ["maru_pool_install_method=git", "maru_pool_git_version"]),
+    ("maru_archive_without_sha256", "maru", hv("node-2", maru_pool_install_method="archive",
+                                               maru_pool_source_archive="/srv/maru/maru.tar.gz"), "node-2",
+     ["maru_pool_install_method=archive", "maru_pool_source_archive_sha256"]),
+    ("rdma_hca_override_key_not_gpu_index", "maru", hv("node-2", rdma_ucx_hca_overrides={"gpu0": "mlx5_0:1"}), "node-2",
+     ["rdma_ucx_hca_overrides", "gpu0"]),
+    ("rdma_hca_override_not_a_device", "maru", hv("node-2", rdma_ucx_hca_overrides={"0": "mlx5_0 port 1"}), "node-2",
+     ["rdma_ucx_hca_overrides", "mlx5_0 port 1"]),
+    ("rdma_gid_index_not_a_number", "maru", hv("node-2", rdma_ucx_gid_index="auto"), "node-2", ["rdma_ucx_gid_index"]),
+    ("rdma_roce_mtu_negative", "maru", hv("node-2", rdma_ucx_roce_mtu=-1), "node-2", ["rdma_ucx_roce_mtu"]),
 ]
 
 
 # The validation task each case must fail in (the only failed task of its run; check_name: the role
 # without the collection's name, an argument-spec check without its description). Several cases
-# share a check, each breaking it another way: `KVSHARE_BAD_INPUTS=checks` runs the first case of
-# each check (CI, beside the molecule scenario: every check the suite reaches, proven once), the
-# default `all` every case.
+# share a check, each breaking it another way; every case runs (./dev.sh bad_inputs, CI).
 CHECK_OF = {
     "dup_worker_name": "Check the worker list as the inventory writes it (dynamo_workers)",
     "dup_worker_system_port": "Check the worker list as the inventory writes it (dynamo_workers)",
@@ -480,6 +546,39 @@ CHECK_OF = {
     "firewall_drop_without_ssh_sources": "firewall : Check the ports and sources of this host's table",
     "firewall_policy_unknown": "firewall : Validating arguments against arg spec 'preflight'",
     "firewall_dynamic_range_reversed": "firewall : Check the ports and sources of this host's table",
+    "bind_address_empty_offline": "Check that every host has its address in the inventory (offline validation)",
+    "bind_address_all_addresses": "Check the host's address (kvshare_bind_address)",
+    "dynamo_workers_item_not_a_mapping": "Check the host's worker list is a list of mappings (dynamo_workers, read by several roles)",
+    "frontend_port_out_of_range": "dynamo_frontend : Check the frontend inputs",
+    "frontend_env_disables_nvext": "dynamo_frontend : Check the frontend inputs",
+    "frontend_env_sets_nats": "dynamo_frontend : Check the frontend inputs",
+    "frontend_without_etcd_env_file": "dynamo_frontend : Check the frontend inputs",
+    "workers_without_etcd_env_file": "dynamo_worker : Check the worker settings",
+    "pip_steps_empty": "dynamo_runtime : Check the pip steps",
+    "pip_step_without_packages": "dynamo_runtime : Check the pip steps",
+    "pip_step_packages_string": "dynamo_runtime : Check the pip steps",
+    "etcd_client_port_signed": "etcd : Check this member's ports and address",
+    "etcd_peer_port_signed": "etcd : Check this member's ports and address",
+    "etcd_client_port_out_of_range": "etcd : Check this member's ports and address",
+    "etcd_peer_port_zero": "etcd : Check this member's ports and address",
+    "etcd_member_name_not_plain": "etcd : Check this member's ports and address",
+    "etcd_proxy_port_out_of_range": "etcd_client : Check the local proxy's address and port",
+    "etcd_proxy_on_member_port": "etcd_client : Check the local proxy's address and port",
+    "firewall_conf_relative": "firewall : Check the firewall settings",
+    "firewall_conf_is_role_ruleset": "firewall : Check the firewall settings",
+    "kvcr_socket_not_under_run": "kvcr : Check the KVCR settings",
+    "kvcr_pool_dir_relative": "kvcr : Check the KVCR settings",
+    "kvcr_guard_count_zero": "kvcr : Check the KVCR settings",
+    "kvcr_pool_sizes_empty": "kvcr : Check the KVCR settings",
+    "kvcr_heartbeat_too_short": "kvcr : Check the KVCR settings",
+    "kvcr_state_agent_port_out_of_range": "kvcr : Check the KVCR settings",
+    "kvcr_without_etcd_env_file": "kvcr : Check the KVCR settings",
+    "maru_git_without_version": "maru_pool : Preflight | Check the install method has its source",
+    "maru_archive_without_sha256": "maru_pool : Preflight | Check the install method has its source",
+    "rdma_hca_override_key_not_gpu_index": "rdma_ucx : Check the static inputs",
+    "rdma_hca_override_not_a_device": "rdma_ucx : Check the static inputs",
+    "rdma_gid_index_not_a_number": "rdma_ucx : Check the static inputs",
+    "rdma_roce_mtu_negative": "rdma_ucx : Check the static inputs",
 }
 
 
@@ -489,41 +588,142 @@ def check_name(task):
     return name.split("' - ", 1)[0] + "'" if "Validating arguments against arg spec '" in name else name
 
 
-def selected_cases():
-    """The cases this run proves: all (default) or, KVSHARE_BAD_INPUTS=checks, the first of each check."""
-    which = os.environ.get("KVSHARE_BAD_INPUTS", "all")
-    if which not in ("all", "checks"):
-        raise ValueError("KVSHARE_BAD_INPUTS=%s: all or checks" % which)
-    if which == "all":
-        return list(CASES)
-    first = {}
-    for case in CASES:
-        first.setdefault(CHECK_OF[case[0]], case)
-    return [c for c in CASES if first[CHECK_OF[c[0]]] is c]
+# Where a check asserts several conditions, the one each of its cases breaks (a piece of its text, in
+# exactly one condition): Ansible reports the first false condition (`assertion`), so a case passes
+# only when that one refuses it. Each condition has a case, or a reason in UNCOVERED_CONDITIONS.
+CONDITION_OF = {
+    "bind_address_missing_offline": "kvshare_bind_address is defined",
+    "bind_address_empty_offline": "kvshare_bind_address | string | length > 0",
+    "bind_address_not_ipv4": "kvshare_bind_address is match(",
+    "bind_address_hostname": "kvshare_bind_address is match(",
+    "bind_address_all_addresses": "kvshare_bind_address != '0.0.0.0'",
+    "dynamo_workers_not_a_list": "dynamo_workers is sequence",
+    "dynamo_workers_item_not_a_mapping": "reject('mapping')",
+    "frontend_port_out_of_range": "dynamo_frontend_http_port | int >= 1",
+    "frontend_on_all_addresses": "dynamo_frontend_http_host != '0.0.0.0'",
+    "frontend_ready_delay_too_long": "dynamo_frontend_ready_delay",
+    "frontend_without_etcd_env_file": "__dynamo_frontend_etcd_env_file",
+    "frontend_env_disables_nvext": "'DYN_DISABLE_FRONTEND_NVEXT' not in",
+    "frontend_env_sets_nats": "'NATS_SERVER' not in",
+    "pip_steps_empty": "dynamo_runtime_pip_steps | length > 0",
+    "pip_step_without_packages": "rejectattr('packages', 'defined')",
+    "pip_step_packages_string": "map('type_debug')",
+    "offline_pip_without_wheelhouse": "dynamo_runtime_wheelhouse_dir | length > 0",
+    "workers_without_etcd_env_file": "__dynamo_worker_etcd_env_file",
+    "workers_on_all_addresses": "dynamo_worker_bind_address != '0.0.0.0'",
+    "etcd_client_port_signed": "etcd_client_port | string is match(",
+    "etcd_peer_port_signed": "etcd_peer_port | string is match(",
+    "etcd_client_port_out_of_range": "etcd_client_port | int >= 1",
+    "etcd_peer_port_zero": "etcd_peer_port | int >= 1",
+    "etcd_client_port_equals_peer_port": "etcd_client_port | int != etcd_peer_port | int",
+    "etcd_address_not_ipv4": "etcd_address is match(",
+    "etcd_member_name_not_plain": "etcd_member_name is match(",
+    "etcd_tarball_without_url": "etcd_tarball_url | length > 0",
+    "etcd_tarball_without_sha256": "etcd_tarball_sha256 is match(",
+    "dup_etcd_member_name": "__etcd_names | unique",
+    "dup_etcd_address": "__etcd_urls | unique",
+    "etcd_client_cluster_name_mismatch": "cluster_name | default(etcd_client_cluster_name)",
+    "etcd_client_tls_mismatch": "tls | default(etcd_client_tls_enabled)",
+    "etcd_client_ca_missing": "__etcd_client_ca_found",
+    "etcd_proxy_not_loopback": "etcd_client_proxy_address is match(",
+    "etcd_proxy_port_out_of_range": "etcd_client_proxy_port | int >= 1",
+    "etcd_proxy_on_member_port": "not in __etcd_client_member_listeners",
+    "firewall_conf_relative": "firewall_nftables_conf is match(",
+    "firewall_conf_is_role_ruleset": "__firewall_ruleset_path != firewall_nftables_conf",
+    "kvcr_socket_not_under_run": "kvcr_service_socket_path is match(",
+    "kvcr_pool_dir_relative": "kvcr_service_pool_dir is match(",
+    "kvcr_guard_count_zero": "kvcr_service_guard_count | int >= 1",
+    "kvcr_pool_sizes_empty": "kvcr_service_pool_sizes_gb | length >= 1",
+    "kvcr_heartbeat_too_short": "kvcr_service_heartbeat_timeout_ms",
+    "kvcr_state_agent_port_out_of_range": "kvcr_state_agent_system_port",
+    "kvcr_without_etcd_env_file": "__kvcr_etcd_env_file",
+    "maru_artifacts_without_dir": "maru_pool_install_method != 'artifacts'",
+    "maru_git_without_version": "maru_pool_install_method != 'git'",
+    "maru_archive_without_sha256": "maru_pool_install_method != 'archive'",
+    "rdma_peermem_not_a_choice": "rdma_ucx_peermem | string in",
+    "rdma_hca_override_key_not_gpu_index": "rdma_ucx_hca_overrides.keys()",
+    "rdma_hca_override_not_a_device": "rdma_ucx_hca_overrides.values()",
+    "rdma_gid_index_not_a_number": "rdma_ucx_gid_index",
+    "rdma_roce_mtu_negative": "rdma_ucx_roce_mtu",
+    "rdma_clear_acs_without_hardware": "rdma_ucx_clear_acs",
+    "rdma_bw_test_without_server": "rdma_ucx_bw_test",
+}
+
+# Conditions no case reaches offline, and why: (check, piece of the condition) -> reason.
+_SPEC_FIRST = "the argument spec's choices refuse any other value first (case %s)"
+_ON_THE_HOST = "it reads %s on the host: not run by offline validation"
+UNCOVERED_CONDITIONS = {
+    ("dynamo_runtime : Check the install source", "dynamo_runtime_pip_index in"): _SPEC_FIRST % "unknown_pip_index",
+    ("dynamo_runtime : Refuse to renumber an existing service account", "dynamo_runtime_uid"):
+        _ON_THE_HOST % "the service account",
+    ("dynamo_runtime : Refuse to renumber an existing service account", "dynamo_runtime_gid"):
+        _ON_THE_HOST % "the service account",
+    ("dynamo_worker : Check the worker settings", "dynamo_worker_discovery_backend in"):
+        _SPEC_FIRST % "unknown_discovery_backend",
+    ("dynamo_worker : Check the worker settings", "__dynamo_worker_frontend_url"):
+        "validate.yml's worker list check refuses workers without a frontend first (case workers_without_frontend)",
+    ("etcd : Check that the etcd group exists and has members", "etcd_group_name in groups"):
+        "run once for the cluster: its message names the group, no host (every case's message names its host)",
+    ("etcd : Check that the etcd group exists and has members", "groups[etcd_group_name] | length > 0"):
+        "run once for the cluster: its message names the group, no host (every case's message names its host)",
+    ("kvcr : Check the KVCR settings", "kvcr_variant in"): _SPEC_FIRST % "unknown_kvcr_variant",
+    ("maru_pool : Preflight | Check Python version", "__maru_pool_python_version.rc"): _ON_THE_HOST % "maru_pool_python",
+    ("maru_pool : Preflight | Check Python version", "__maru_pool_python_version.stdout"): _ON_THE_HOST % "maru_pool_python",
+    ("maru_pool : Preflight | Check that the workers can open FS_DAX pool files (maru_pool_rm_user)",
+     "maru_pool_worker_users | length <= 1"): _ON_THE_HOST % "the FS_DAX pool (it runs only where the host has one)",
+    ("maru_pool : Preflight | Check that the workers can open FS_DAX pool files (maru_pool_rm_user)",
+     "maru_pool_rm_user in maru_pool_worker_users"): _ON_THE_HOST % "the FS_DAX pool (it runs only where the host has one)",
+    ("rdma_ucx : Check the static inputs", "rdma_ucx_link_layer in"): "the argument spec's choices refuse any other value first",
+    ("rdma_ucx : Refuse nvidia_peermem without an OFED/DOCA stack", "__rdma_ucx_ofed"): _ON_THE_HOST % "the OFED/DOCA stack",
+    ("rdma_ucx : Refuse nvidia_peermem without an OFED/DOCA stack", "__rdma_ucx_peermem_probe"):
+        _ON_THE_HOST % "nvidia_peermem",
+}
+
+# Cases whose check's message does not name the variable the case writes (the role's message names
+# what it needs instead): their needles are what the message says, and this strict xfail turns into
+# a failure once the message names the variable, so that the case's needles can say so.
+MESSAGE_LACKS_VARIABLE = {
+    "frontend_without_etcd_env_file": "etcd_client_env_file",
+    "workers_without_etcd_env_file": "etcd_client_env_file",
+    "kvcr_without_etcd_env_file": "etcd_client_env_file",
+    "kvcr_state_agent_port_out_of_range": "kvcr_state_agent_system_port",
+}
 
 
-SELECTED = selected_cases()
+def _asserts(tasks, prefix):
+    """(check name, conditions) of every assert task in ``tasks`` (blocks included)."""
+    for task in tasks or []:
+        for key in ("block", "rescue", "always"):
+            yield from _asserts(task.get(key), prefix)
+        spec = task.get("ansible.builtin.assert", task.get("assert"))
+        if spec is not None:
+            that = spec.get("that")
+            yield prefix + task["name"], [str(c) for c in (that if isinstance(that, list) else [that])]
 
 
-def run_case(base, mutation, workdir):
-    inv = copy.deepcopy(BASES[base]())
-    if mutation is not None:
-        mutation(inv)
-    playbook = os.path.join(REPO, inv.pop("playbook", PLAYBOOK))
-    path = os.path.join(workdir, "hosts.yml")
-    with open(path, "w") as fh:
-        yaml.safe_dump(inventory_yaml(inv), fh, sort_keys=False)
-    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
-               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_LOCAL_TEMP=os.path.join(workdir, "tmp"), ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
-    proc = subprocess.run([ANSIBLE_PLAYBOOK, "-i", path, playbook, "-e", "kvshare_validate_offline=true"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
-    try:
-        # The JSON document, then whatever notification callbacks (profile_tasks) print.
-        report = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{"):])[0]
-    except ValueError:
-        report = None
-    return {"rc": proc.returncode, "report": report, "stdout": proc.stdout, "stderr": proc.stderr}
+def multi_condition_asserts():
+    """{check name: conditions} of every assert with several conditions that validate.yml runs: its
+    own and those of each role's preflight it includes."""
+    with open(PLAYBOOK) as fh:
+        tasks = yaml.safe_load(fh)[0]["tasks"]
+    found = dict(_asserts(tasks, ""))
+    for task in tasks:
+        role = task.get("ansible.builtin.include_role") or {}
+        if role.get("tasks_from") == "preflight":
+            name = role["name"].rsplit(".", 1)[-1]
+            with open(os.path.join(REPO, "roles", name, "tasks", "preflight.yml")) as fh:
+                found.update(_asserts(yaml.safe_load(fh), name + " : "))
+    return {check: conditions for check, conditions in found.items() if len(conditions) > 1}
+
+
+MULTI_CONDITION = multi_condition_asserts()
+
+
+def condition_of(check, piece):
+    """The one condition of ``check`` that contains ``piece``."""
+    matches = [c for c in MULTI_CONDITION.get(check, []) if piece in c]
+    assert len(matches) == 1, "%r names %d conditions of %r: %s" % (piece, len(matches), check, matches)
+    return matches[0]
 
 
 _RESULTS = {}
@@ -534,27 +734,68 @@ def _jobs():
     return int(os.environ.get("KVSHARE_BAD_INPUT_JOBS") or max(2, min(6, os.cpu_count() or 2)))
 
 
+def _env(tmp):
+    """The runs' environment: the suite's Ansible settings (read once, by the server), the loopback guard."""
+    env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_CACHE_PLUGIN="memory",
+               ANSIBLE_STDOUT_CALLBACK="ansible.posix.json", ANSIBLE_LOCAL_TEMP=os.path.join(tmp, "ansible-local"),
+               ANSIBLE_NOCOLOR="1", ANSIBLE_RETRY_FILES_ENABLED="0")
+    return ansible_guard.runtime_env(env)  # the guard in the server, so in every run's processes
+
+
+def _report(stdout):
+    try:
+        # The JSON document, then whatever notification callbacks (profile_tasks) print.
+        return json.JSONDecoder().raw_decode(stdout[stdout.index("{"):])[0]
+    except ValueError:
+        return None
+
+
 @pytest.fixture(scope="module")
-def results():
-    """Run every case (and both bases) once, one ansible-playbook each, a few at a time."""
+def results(request):
+    """Run both bases and every selected case once, each its own ansible-playbook run, in one
+    pre-forking server (prefork.py)."""
     if not _RESULTS:
-        jobs = [("base_" + b, b, None) for b in BASES] + [(c[0], c[1], c[2]) for c in SELECTED]
+        selected = {item.callspec.params["case_id"] for item in request.session.items
+                    if getattr(item, "module", None) is request.module
+                    and "case_id" in getattr(getattr(item, "callspec", None), "params", {})}
+        runs = [("base_" + b, b, None) for b in BASES] + [(c[0], c[1], c[2]) for c in CASES if c[0] in selected]
         with tempfile.TemporaryDirectory(prefix="kvshare-bad-inputs-") as tmp:
-            with concurrent.futures.ThreadPoolExecutor(max_workers=_jobs()) as pool:
-                futures = {}
-                for case_id, base, mutation in jobs:
-                    workdir = os.path.join(tmp, case_id)
-                    os.makedirs(workdir)
-                    futures[pool.submit(run_case, base, mutation, workdir)] = case_id
-                for future in concurrent.futures.as_completed(futures):
-                    _RESULTS[futures[future]] = future.result()
+            env = _env(tmp)
+            jobs = []
+            for case_id, base, mutation in runs:
+                workdir = os.path.join(tmp, case_id)
+                os.makedirs(workdir)
+                inv = copy.deepcopy(BASES[base]())
+                if mutation is not None:
+                    mutation(inv)
+                playbook = os.path.join(REPO, inv.pop("playbook", PLAYBOOK))
+                path = os.path.join(workdir, "hosts.yml")
+                with open(path, "w") as fh:
+                    yaml.safe_dump(inventory_yaml(inv), fh, sort_keys=False)
+                argv = [ANSIBLE_PLAYBOOK, "-i", path, playbook, "-e", "kvshare_validate_offline=true"]
+                try:
+                    # What the guard checks before an ansible-playbook starts (these start in the server).
+                    ansible_guard.check_run(argv, REPO, env, runtime=True)
+                except ansible_guard.NonLoopbackAnsibleRun as exc:
+                    ansible_guard.record(str(exc))
+                    _RESULTS[case_id] = {"refused": str(exc)}
+                    continue
+                jobs.append({"id": case_id, "argv": argv, "stdout": os.path.join(workdir, "stdout"),
+                             "stderr": os.path.join(workdir, "stderr")})
+            ran = prefork.run_playbooks(jobs, env, parallel=_jobs(), timeout=300)
+            for job in jobs:
+                with open(job["stdout"]) as out, open(job["stderr"]) as err:
+                    stdout, stderr = out.read(), err.read()
+                _RESULTS[job["id"]] = dict(ran[job["id"]], report=_report(stdout), stdout=stdout, stderr=stderr)
     return _RESULTS
 
 
 def audit(result):
-    """Every executed task is controller-side validation; every host changed=0. Returns the failures."""
+    """Every executed task is controller-side validation; every host changed=0. Returns the failures:
+    (host, task name, message and argument errors as JSON, the false condition of a failed assert)."""
+    assert "refused" not in result, result.get("refused")
     report = result["report"]
-    assert report is not None, result["stdout"][-3000:] + result["stderr"][-3000:]
+    assert report is not None, "rc=%s: %s %s" % (result["rc"], result["stdout"][-3000:], result["stderr"][-3000:])
     assert [p["play"]["name"] for p in report["plays"]] == ["Validate the inventory before any host changes"]
     failures = []
     for play in report["plays"]:
@@ -567,10 +808,15 @@ def audit(result):
                 assert not res.get("changed"), "task %r changed %s" % (task["task"]["name"], host)
                 if res.get("failed"):
                     failures.append((host, task["task"]["name"], json.dumps(res.get("msg", ""))
-                                     + json.dumps(res.get("argument_errors", ""))))
+                                     + json.dumps(res.get("argument_errors", "")), res.get("assertion")))
     for host, stats in report["stats"].items():
         assert stats["changed"] == 0, (host, stats)
     return failures
+
+
+def named_failures(failures, host):
+    """The failures that name ``host``: in their message, or as the failed host of an argument spec check."""
+    return [f for f in failures if host in f[2] or (f[0] == host and "argument" in f[2].lower())]
 
 
 @pytest.mark.parametrize("base", sorted(BASES))
@@ -586,19 +832,48 @@ def test_at_least_25_cases_each_with_its_check():
     assert sorted(CHECK_OF) == sorted(ids)
 
 
-@pytest.mark.parametrize("case_id,base,mutation,host,needles", SELECTED, ids=[c[0] for c in SELECTED])
-def test_bad_input_rejected(results, case_id, base, mutation, host, needles):
+def test_every_condition_has_a_case():
+    """Each condition of a multi-condition assert has a case that fails on it alone (CONDITION_OF), or
+    a reason in UNCOVERED_CONDITIONS; each case of such an assert names its condition."""
+    assert not set(CONDITION_OF) - set(CHECK_OF), "CONDITION_OF names no case: %s" % sorted(set(CONDITION_OF) - set(CHECK_OF))
+    missing = sorted(c for c in CHECK_OF if CHECK_OF[c] in MULTI_CONDITION and c not in CONDITION_OF)
+    assert not missing, "cases of a multi-condition assert without CONDITION_OF: %s" % missing
+    covered = {(CHECK_OF[c], condition_of(CHECK_OF[c], piece)) for c, piece in CONDITION_OF.items()}
+    uncovered = {(check, condition_of(check, piece)) for check, piece in UNCOVERED_CONDITIONS}
+    assert not covered & uncovered, "conditions with a case and a reason for none: %s" % sorted(covered & uncovered)
+    lacking = sorted((check, condition) for check, conditions in MULTI_CONDITION.items() for condition in conditions
+                     if (check, condition) not in covered | uncovered)
+    assert not lacking, "conditions with no case (add one, or the reason to UNCOVERED_CONDITIONS): %s" % lacking
+
+
+@pytest.mark.parametrize("case_id,base,mutation,host,needles", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_rejected(results, record_property, case_id, base, mutation, host, needles):
     result = results[case_id]
+    record_property("bad_input_cpu_s", result.get("cpu", 0.0))  # conftest.py sums them
     failures = audit(result)
     assert result["rc"] != 0, "%s: validate.yml passed an invalid inventory" % case_id
     assert failures, "%s: rc=%s but no failed task: %s" % (case_id, result["rc"], result["stderr"][-2000:])
     # It fails in the check it is written for, not in an earlier one that happens to name the host.
     failed_in = sorted({check_name(f[1]) for f in failures})
     assert failed_in == [CHECK_OF[case_id]], "%s: failed in %s, expected %r" % (case_id, failed_in, CHECK_OF[case_id])
+    # ... and, where that check asserts several conditions, on the condition it is written for.
+    if case_id in CONDITION_OF:
+        expected = condition_of(CHECK_OF[case_id], CONDITION_OF[case_id])
+        failed_on = sorted({str(f[3]) for f in failures})
+        assert failed_on == [expected], "%s: failed on %s, expected %r" % (case_id, failed_on, expected)
     # The failure names the offending host (in its message, or as the failed host of an argument
     # spec check) and every needle (variable names).
-    named = [f for f in failures if host in f[2] or (f[0] == host and "argument" in f[2].lower())]
+    named = named_failures(failures, host)
     assert named, "%s: no failure names host %s: %s" % (case_id, host, failures)
     text = " ".join(f[2] for f in named)
     missing = [n for n in needles if n not in text]
     assert not missing, "%s: message does not name %s: %s" % (case_id, missing, named)
+
+
+@pytest.mark.parametrize("case_id", [pytest.param(c, marks=pytest.mark.xfail(
+    strict=True, reason="the message of %s does not name %s" % (CHECK_OF[c], v))) for c, v in sorted(MESSAGE_LACKS_VARIABLE.items())])
+def test_message_names_the_variable_written(results, case_id):
+    """MESSAGE_LACKS_VARIABLE, kept true: once such a message names the variable, this passes and
+    (strict) fails the run: drop the case from MESSAGE_LACKS_VARIABLE and add the variable to its needles."""
+    text = " ".join(f[2] for f in named_failures(audit(results[case_id]), dict((c[0], c[3]) for c in CASES)[case_id]))
+    assert MESSAGE_LACKS_VARIABLE[case_id] in text
