@@ -30,6 +30,7 @@ Stdlib only.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
@@ -151,6 +152,30 @@ def maru_server_url(pool):
     return "tcp://%s:%d" % (pool["maru_pool_bind_address"], int(pool["maru_pool_server_port"]))
 
 
+def _is_loopback(address):
+    text = str(address).strip().lower()
+    if text == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_reachable(host, pool_host, pool, pool_host_address):
+    """A worker on another host than its pool reaches maru-server on the pool's bind address: refuse
+    a loopback one, which on that host is the host itself (the role default, 127.0.0.1), unless it
+    is the pool host's own kvshare_bind_address (hosts that share one network namespace, like the
+    sandbox's containers on 127.0.10.N). Raises PoolError."""
+    bind = pool["maru_pool_bind_address"]
+    if str(host) == pool_host or not _is_loopback(bind) or str(bind) == str(pool_host_address):
+        return
+    raise PoolError("its pool on %s listens on %s (maru_pool_bind_address on %s), a loopback address: from %s "
+                    "that is %s itself, not the pool. Set maru_pool_bind_address on %s to an address %s reaches "
+                    "(e.g. %s's kvshare_bind_address), or run the worker on %s"
+                    % (pool_host, bind, pool_host, host, host, pool_host, host, pool_host, pool_host))
+
+
 def lmcache_config_file(worker_name):
     return "%s/%s.yaml" % (LMCACHE_CONFIG_DIR, worker_name)
 
@@ -210,7 +235,10 @@ def worker_parts(host, worker, hostvars, groups):
         return None, {}
     if ref["type"] == "maru":
         pool_host = maru_pool_host(host, ref, groups)
-        parts = _maru_parts(host, worker, ref, pool_host, maru_pool_settings(_host_vars(hostvars, pool_host)))
+        pool_vars = _host_vars(hostvars, pool_host)
+        pool = maru_pool_settings(pool_vars)
+        parts = _maru_parts(host, worker, ref, pool_host, pool)
+        _check_reachable(host, pool_host, pool, _var(pool_vars, "kvshare_bind_address"))
     else:
         pool_host = str(host)
         parts = _kvcr_parts(host, worker, _host_vars(hostvars, host), groups)

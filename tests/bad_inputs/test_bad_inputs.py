@@ -180,6 +180,13 @@ def rollout(playbook):
     return mutate
 
 
+def no_hv(host, key):
+    """The host's variable ``key`` unset (its role default applies)."""
+    def mutate(inv):
+        inv["hosts"][host].pop(key)
+    return mutate
+
+
 def node3_maru_worker(kv_pool):
     """node-3 runs one Maru worker instead of its mockers, fed by the pool ``kv_pool`` names."""
     def mutate(inv):
@@ -219,6 +226,9 @@ CASES = [
      ["dynamo_workers[w0].kv_pool on node-3", "node-9 is not in group maru_pool"]),
     ("kv_pool_of_several_pool_hosts", "maru", both(group("maru_pool", ["node-1", "node-2"]), node3_maru_worker("maru")),
      "node-3", ["dynamo_workers[w0].kv_pool on node-3", "several hosts (node-1, node-2)"]),
+    # the pool on node-2 left on its default loopback address: from node-3 that is node-3 itself
+    ("kv_pool_remote_on_loopback_pool", "maru", both(no_hv("node-2", "maru_pool_bind_address"), node3_maru_worker("maru")),
+     "node-3", ["dynamo_workers[w0].kv_pool on node-3", "listens on 127.0.0.1 (maru_pool_bind_address on node-2)"]),
     ("kv_pool_unknown_type", "maru", worker("node-2", 1, kv_pool="nfs"), "node-2",
      ["dynamo_workers[w1].kv_pool on node-2", "pool type 'nfs' is unknown"]),
     ("kv_pool_kvcr_off_a_kvcr_host", "maru", worker("node-2", 0, kv_pool="kvcr"), "node-2",
@@ -469,6 +479,7 @@ CHECK_OF = {
     "maru_workers_without_pool_group": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "kv_pool_names_no_pool_host": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "kv_pool_of_several_pool_hosts": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
+    "kv_pool_remote_on_loopback_pool": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "kv_pool_unknown_type": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "kv_pool_kvcr_off_a_kvcr_host": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "maru_server_url_written_by_hand": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",

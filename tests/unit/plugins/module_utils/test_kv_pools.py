@@ -112,6 +112,32 @@ def test_remote_worker_uses_the_pool_hosts_address_and_its_own_instance_id():
     assert extra(worker)["maru_instance_id"] == "w1-c"
 
 
+@pytest.mark.parametrize("bind", [None, "127.0.0.1", "localhost", "::1", "127.0.10.2"])
+def test_remote_worker_refused_when_the_pool_listens_on_its_loopback(bind):
+    """Left at the role default (127.0.0.1) the pool is unreachable from other hosts: a worker there
+    would connect to its own host; refused at validation, naming both hosts and the variable."""
+    pool_vars = {} if bind is None else {"maru_pool_bind_address": bind}
+    hostvars, groups = cluster(pool_vars, w1=[vllm("c")])
+    want = "127.0.0.1" if bind is None else bind
+    with pytest.raises(kp.PoolError, match=r"its pool on p1 listens on %s \(maru_pool_bind_address on p1\), a "
+                       r"loopback address: from w1 that is w1 itself" % want.replace(".", r"\.")):
+        kp.resolve_workers("w1", [vllm("c")], hostvars, groups)
+    assert kp.pool_errors("w1", [vllm("c")], hostvars, groups) == [
+        "dynamo_workers[c].kv_pool on w1: its pool on p1 listens on %s (maru_pool_bind_address on p1), a loopback "
+        "address: from w1 that is w1 itself, not the pool. Set maru_pool_bind_address on p1 to an address w1 reaches "
+        "(e.g. p1's kvshare_bind_address), or run the worker on p1" % want]
+    # the pool host's own workers reach it on loopback
+    assert kp.pool_errors("p1", [vllm("a")], hostvars, groups) == []
+
+
+def test_remote_worker_accepted_on_the_pool_hosts_own_loopback_address():
+    """Hosts that share one network namespace (the sandbox: each host on its own 127.0.10.N) reach a
+    pool bound to the pool host's own kvshare_bind_address, loopback or not."""
+    hostvars, groups = cluster({"maru_pool_bind_address": "127.0.10.2"}, w1=[vllm("c")])
+    hostvars["p1"]["kvshare_bind_address"] = "127.0.10.2"
+    assert extra(kp.host_workers("w1", hostvars, groups)[0])["maru_server_url"] == "tcp://127.0.10.2:5555"
+
+
 def test_the_workers_own_config_is_merged_over_the_pools():
     hostvars, groups = cluster(p1=[])
     worker = vllm("a", kv_transfer_config={"kv_role": "kv_producer", "kv_connector_module_path": "maru_vllm",
