@@ -4,9 +4,11 @@
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """KVCR memory-service variant on two podman systemd containers (CPU only), end to end.
 
-Only with KVSHARE_INTEGRATION=1 (needs podman, the image localhost/kvshare-sandbox:bookworm, and in
-$KVH_KVCR_DIR (default /var/tmp/kvshare-k) a wheelhouse with the sandbox wheels plus kvcr 0.1.1 /
-nixl 1.5.0 / nixl-cu12 1.5.0 and models/tiny-llama; 127.0.13.1-2 free). Creates kvshare-k-1/2 and:
+Only with KVSHARE_INTEGRATION=1 (needs podman, the image localhost/kvshare-sandbox:bookworm and the sandbox's
+wheelhouse and model in $KVSHARE_SANDBOX_DIR (default /var/tmp/kvshare-sandbox): `molecule create` or
+sandbox/create.yml builds them; 127.0.13.1-2 free). First prepare.py fills $KVH_KVCR_DIR (default
+/var/tmp/kvshare-k; cached): hard links to the sandbox wheels and model plus kvcr 0.1.1 / nixl 1.5.0 /
+nixl-cu12 1.5.0 from PyPI (the pip steps of group_vars/dynamo.yml). Then creates kvshare-k-1/2 and:
   site.yml twice (the second run must change nothing), checks.yml (systemd-analyze verify, socket,
   pool, state agent in etcd, worker kill, BindsTo=);
   standin.yml: the KVCR worker test double (tests/doubles/kvcr_engine) replaces the dynamo.mocker;
@@ -51,6 +53,16 @@ def playbook(path, *extra):
     return proc
 
 
+def prepare():
+    """$KVH_KVCR_DIR from the sandbox build plus the KVCR wheels (prepare.py; cached)."""
+    t0 = time.monotonic()
+    proc = subprocess.run([os.path.join(VENV_BIN, "python"), os.path.join(HERE, "prepare.py")], cwd=REPO,
+                          capture_output=True, text=True, timeout=1800, check=False)
+    TIMES.append((os.path.relpath(os.path.join(HERE, "prepare.py"), REPO), time.monotonic() - t0, proc.returncode))
+    print(proc.stdout.strip())
+    return proc
+
+
 def recap(out):
     found = dict((h, dict(zip(("ok", "changed", "failed"), map(int, m))))
                  for h, *m in re.findall(r"(kvh\d)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)", out))
@@ -66,6 +78,7 @@ def ok(proc):
 def test_memory_service_variant_on_cpu():
     pb = os.path.join(REPO, "playbooks")
     try:
+        ok(prepare())
         ok(playbook(os.path.join(HERE, "create.yml")))
         ok(playbook(os.path.join(REPO, "site.yml")))
         second = ok(playbook(os.path.join(REPO, "site.yml")))
