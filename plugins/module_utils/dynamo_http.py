@@ -175,6 +175,12 @@ def post_json(url, payload, timeout=DEFAULT_TIMEOUT, headers=None):
     return request("POST", url, payload, headers, timeout)
 
 
+def _url_host(url):
+    """The host part of http://HOST:PORT/..., or None."""
+    match = re.match(r"^[a-z][a-z0-9+.-]*://(\[[^]]+\]|[^/:]+)", str(url or ""), re.I)
+    return match.group(1).strip("[]") if match else None
+
+
 def join_url(base, path):
     return base.rstrip("/") + "/" + path.lstrip("/")
 
@@ -559,8 +565,13 @@ def map_worker(system_url, instances=None, timeout=DEFAULT_TIMEOUT, rpc_port=Non
     by_id = dict((i["instance_id"], i) for i in (instances or []))
     by_port = {}
     if rpc_port is not None:
+        # The port on this worker's host: another host's worker may use the same rpc_port (a
+        # stopped worker would otherwise be "found" as that one). An instance that names no host
+        # still counts.
+        host = _url_host(system_url)
         for inst in instances or []:
-            if inst.get("tcp_port") == int(rpc_port):
+            if inst.get("tcp_port") == int(rpc_port) and (not host or not inst.get("tcp_host")
+                                                          or str(inst["tcp_host"]) == host):
                 by_port[inst["instance_id"]] = inst
 
     chosen = None

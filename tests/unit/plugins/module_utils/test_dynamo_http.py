@@ -120,9 +120,12 @@ def test_map_worker_by_metrics_and_rpc_port():
     m = dh.map_worker("http://unused", inst, rpc_port=9,
                       metrics_text=fixture_text("vllm_worker_metrics_full.txt"))
     assert m.instance_id is None and "conflict" in m.error
-    # rpc_port alone when metrics carry no id
-    m = dh.map_worker("http://unused", inst, rpc_port=28091, metrics_text="x 1\n")
+    # rpc_port alone when metrics carry no id: the port on the worker's own host
+    m = dh.map_worker("http://127.0.20.1:18081", inst, rpc_port=28091, metrics_text="x 1\n")
     assert (m.instance_id, m.method) == (A_ID, "rpc_port")
+    # a stopped worker (no /metrics) is never taken for another host's worker on the same rpc_port
+    m = dh.map_worker("http://127.0.20.2:18081", inst, rpc_port=28091, metrics_text="x 1\n")
+    assert m.instance_id is None and "no worker_id label" in m.error
     m = dh.map_worker("http://unused", inst, metrics_text="x 1\n")
     assert m.instance_id is None and "no worker_id label" in m.error
 
