@@ -49,7 +49,8 @@ def playbook(path, *extra):
     log = os.environ.get("KVH_KVCR_LOG")
     if log:
         with open(log, "a") as handle:
-            handle.write("==== %s rc=%s\n%s\n%s\n" % (path, proc.returncode, proc.stdout, proc.stderr))
+            handle.write("==== %s rc=%s started %s, %.1f s\n%s\n%s\n" % (path, proc.returncode, time.strftime(
+                "%H:%M:%S", time.localtime(time.time() - TIMES[-1][1])), TIMES[-1][1], proc.stdout, proc.stderr))
     return proc
 
 
