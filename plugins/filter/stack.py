@@ -22,8 +22,14 @@ def frontend_url(groups, hostvars, group=None):
     return _stack.frontend_url(hostvars, groups, _stack.FRONTEND_GROUP if group is None else group)
 
 
+def frontend_group_errors(groups, group=None):
+    """Why the frontend group is not one host (empty when it is; ``group`` defaults to module_utils'
+    FRONTEND_GROUP)."""
+    return _stack.frontend_group_errors(groups, _stack.FRONTEND_GROUP if group is None else group)
+
+
 class FilterModule:
     """kvshare.dynamo stack filters (who is where)."""
 
     def filters(self):
-        return {"host_address": host_address, "frontend_url": frontend_url}
+        return {"host_address": host_address, "frontend_url": frontend_url, "frontend_group_errors": frontend_group_errors}

@@ -74,6 +74,20 @@ def frontend_host(groups, group=FRONTEND_GROUP):
     return str(hosts[0]) if hosts else ""
 
 
+def frontend_group_errors(groups, group=FRONTEND_GROUP):
+    """Why the frontend group is not one host ([] when it is, or is empty: the worker checks say
+    that). A deployment has one frontend: the workers' readiness probes, verify.yml, status.yml and
+    the frontend URL all use the first host of the group, so a second frontend would be started but
+    never proven ready, nor used."""
+    hosts = [str(h) for h in (groups or {}).get(group) or []]
+    if len(hosts) <= 1:
+        return []
+    return ["group %s has %d hosts (%s): a deployment has one frontend. The workers' readiness probes, "
+            "verify.yml, status.yml and the frontend URL use the first, %s, only: %s would be started but "
+            "never proven ready, nor used. Keep one host in %s"
+            % (group, len(hosts), ", ".join(hosts), hosts[0], ", ".join(hosts[1:]), group)]
+
+
 def frontend_url(hostvars, groups, group=FRONTEND_GROUP):
     """``http://<address>:<port>`` of the frontend ('' when the group is empty)."""
     host = frontend_host(groups, group)

@@ -219,6 +219,9 @@ CASES = [
     ("no_etcd_group", "maru", group("etcd", None), "node-1", ["etcd_client_endpoints", "'etcd'"]),
     ("empty_etcd_group", "maru", group("etcd", []), "node-2", ["etcd_client_endpoints", "'etcd'"]),
     ("workers_without_frontend", "maru", group("dynamo_frontend", []), "node-2", ["dynamo_workers", "no frontend"]),
+    # one frontend per deployment: a second would be started but never proven ready
+    ("two_frontends", "maru", group("dynamo_frontend", ["node-1", "node-3"]), "node-3",
+     ["dynamo_frontend on node-3", "group dynamo_frontend has 2 hosts (node-1, node-3)"]),
     ("maru_workers_without_pool_group", "maru", group("maru_pool", None), "node-2",
      ["dynamo_workers[w0].kv_pool on node-2", "no host of group maru_pool"]),
     # a worker names its pool (kv_pool), and the pool must exist and be the one to choose
@@ -476,6 +479,7 @@ CHECK_OF = {
     "no_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "empty_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "workers_without_frontend": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "two_frontends": "dynamo_frontend : Check that the inventory has one frontend (group dynamo_frontend)",
     "maru_workers_without_pool_group": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "kv_pool_names_no_pool_host": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "kv_pool_of_several_pool_hosts": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",

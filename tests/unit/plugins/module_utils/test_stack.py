@@ -38,3 +38,16 @@ def test_frontend_url():
 def test_worker_system_url():
     assert stack.worker_system_url({"h": {"kvshare_bind_address": "127.0.0.3"}}, "h", 18081) == "http://127.0.0.3:18081"
     assert stack.worker_system_url({"h": {"ansible_host": "127.0.0.4"}}, "h", 9090) == "http://127.0.0.4:9090"
+
+
+def test_one_frontend_only():
+    """The docs say one frontend; everything probes the first: a second is refused, naming the hosts."""
+    assert stack.frontend_group_errors({"dynamo_frontend": ["fe"]}) == []
+    assert stack.frontend_group_errors({"dynamo_frontend": []}) == []
+    assert stack.frontend_group_errors({}) == []
+    assert stack.frontend_group_errors({"dynamo_frontend": ["fe", "fe2", "fe3"]}) == [
+        "group dynamo_frontend has 3 hosts (fe, fe2, fe3): a deployment has one frontend. The workers' readiness "
+        "probes, verify.yml, status.yml and the frontend URL use the first, fe, only: fe2, fe3 would be started "
+        "but never proven ready, nor used. Keep one host in dynamo_frontend"]
+    assert filters.frontend_group_errors({"fe_group": ["a", "b"]}, "fe_group")[0].startswith("group fe_group has 2 hosts (a, b)")
+    assert filters.frontend_group_errors({"dynamo_frontend": ["a", "b"]})[0].startswith("group dynamo_frontend has 2")
