@@ -25,6 +25,21 @@ def worker_cluster_errors(hosts, hostvars, groups=None):
     return _workers.cluster_worker_errors(dict((host, _kv_pools.host_workers(host, hostvars, groups)) for host in hosts or []))
 
 
+def worker_endpoint_errors(hosts, hostvars):
+    """Workers of ``hosts`` that register different models on one Dynamo endpoint (module_utils.workers)."""
+    host_workers, namespaces, envs = {}, {}, {}
+    for host in hosts or []:
+        host = str(host)
+        try:
+            host_vars = hostvars[host]
+            host_workers[host] = host_vars.get("dynamo_workers") or []
+            namespaces[host] = host_vars.get("dynamo_worker_namespace")
+            envs[host] = host_vars.get("dynamo_worker_env")
+        except Exception:  # a value that cannot be templated: its own check reports it
+            continue
+    return _workers.endpoint_model_errors(host_workers, namespaces, envs)
+
+
 def _host_lookup(hostvars, host):
     """key -> the host's own value (inventory, extra vars, facts); KeyError when it has none."""
     def lookup(key):
@@ -79,6 +94,7 @@ class FilterModule:
         return {
             "worker_port_requests": worker_port_requests,
             "worker_cluster_errors": worker_cluster_errors,
+            "worker_endpoint_errors": worker_endpoint_errors,
             "service_ports": service_ports,
             "worker_service_port_errors": worker_service_port_errors,
             "bind_address_errors": bind_address_errors,

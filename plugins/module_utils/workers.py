@@ -367,6 +367,94 @@ def cluster_worker_errors(host_workers):
     return errors
 
 
+# Where a worker registers its model (ai-dynamo 1.6.1, dynamo.vllm and dynamo.mocker): --endpoint
+# dyn://<namespace>.<component>.<endpoint>, by default the component `backend` (`prefill` with
+# --disaggregation-mode prefill) and the endpoint `generate` in the worker's namespace (DYN_NAMESPACE,
+# the dynamo_worker role's dynamo_worker_namespace).
+DEFAULT_NAMESPACE = "dynamo"
+DEFAULT_COMPONENT = "backend"
+PREFILL_COMPONENT = "prefill"
+DEFAULT_ENDPOINT_NAME = "generate"
+
+
+def arg_value(args, flag):
+    """The value of ``flag`` in an argument list (``--flag value`` or ``--flag=value``; the last one
+    wins), else None."""
+    value = None
+    args = [str(a) for a in args or []] if isinstance(args, (list, tuple)) else []
+    for pos, arg in enumerate(args):
+        if arg == flag and pos + 1 < len(args):
+            value = args[pos + 1]
+        elif arg.startswith(flag + "="):
+            value = arg[len(flag) + 1:]
+    return value
+
+
+def served_model(worker):
+    """(the model name a worker serves, the key it comes from): served_model_name, else its model."""
+    if worker.get("served_model_name"):
+        return str(worker["served_model_name"]), "served_model_name"
+    return str(worker.get("model")), "model"
+
+
+def worker_endpoint(worker, namespace=None, host_env=None):
+    """(the Dynamo endpoint a worker registers its model on, as dyn://<ns>.<component>.<endpoint>,
+    whether it is the default one). ``namespace``: the host's dynamo_worker_namespace; ``host_env``:
+    the host's dynamo_worker_env (its DYN_NAMESPACE wins, as in the worker's environment file, and
+    the worker's own env over both)."""
+    args = worker.get("extra_args")
+    written = worker.get("endpoint") or arg_value(args, "--endpoint")
+    if written:
+        return str(written), False
+    env = worker.get("env") if isinstance(worker.get("env"), dict) else {}
+    host_env = host_env if isinstance(host_env, dict) else {}
+    ns = (arg_value(args, "--namespace") or env.get("DYN_NAMESPACE") or host_env.get("DYN_NAMESPACE")
+          or namespace or DEFAULT_NAMESPACE)
+    component = PREFILL_COMPONENT if arg_value(args, "--disaggregation-mode") == "prefill" else DEFAULT_COMPONENT
+    return "dyn://%s.%s.%s" % (ns, component, DEFAULT_ENDPOINT_NAME), True
+
+
+def _endpoint_key(endpoint):
+    """dyn://ns.component.endpoint and ns/component/endpoint name one endpoint."""
+    text = str(endpoint).strip()
+    if text.startswith("dyn://"):
+        text = text[len("dyn://"):].replace(".", "/")
+    return text
+
+
+def endpoint_model_errors(host_workers, namespaces=None, host_envs=None):
+    """Workers that register different models on one Dynamo endpoint, across hosts or on one host.
+
+    ``host_workers`` maps host -> its worker list (in inventory order); ``namespaces`` host -> its
+    dynamo_worker_namespace, ``host_envs`` host -> its dynamo_worker_env. Dynamo keeps one model per
+    endpoint path and refuses a second at registration ("Cannot register model 'b' on endpoint
+    'dynamo/backend/generate': a different model 'a' is already registered there"): the worker that
+    starts second exits (the mocker silently). The message names both workers, their hosts and the
+    key each name comes from (served_model_name, else model).
+    """
+    namespaces, host_envs = dict(namespaces or {}), dict(host_envs or {})
+    first, errors = {}, []
+    for host, workers in host_workers.items():
+        if not isinstance(workers, list):
+            continue
+        for pos, worker in enumerate(workers):
+            if not isinstance(worker, dict) or not worker.get("model"):
+                continue
+            endpoint, default = worker_endpoint(worker, namespaces.get(host), host_envs.get(host))
+            name, key = served_model(worker)
+            where = key_label(host, worker, pos, key)
+            seen = first.setdefault(_endpoint_key(endpoint), (name, where))
+            if seen[0] != name:
+                errors.append("%s: serves %r on endpoint %s (%s), where %s serves %r: Dynamo registers one model per "
+                              "endpoint and refuses the second at start. Give one of them its own endpoint "
+                              "(dynamo_workers[<worker>].endpoint, e.g. dyn://%s.<component>.generate) or one "
+                              "served_model_name"
+                              % (where, name, endpoint, "no endpoint set: the default" if default else "its endpoint",
+                                 seen[1], seen[0], endpoint[len("dyn://"):].split(".")[0]
+                                 if endpoint.startswith("dyn://") else DEFAULT_NAMESPACE))
+    return errors
+
+
 def _maru_extra(worker):
     """kv_connector_extra_config of a worker that uses MaruKVConnector, else None."""
     if not isinstance(worker, dict) or worker.get("engine") == "mocker":

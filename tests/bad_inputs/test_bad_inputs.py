@@ -219,6 +219,11 @@ CASES = [
     ("no_etcd_group", "maru", group("etcd", None), "node-1", ["etcd_client_endpoints", "'etcd'"]),
     ("empty_etcd_group", "maru", group("etcd", []), "node-2", ["etcd_client_endpoints", "'etcd'"]),
     ("workers_without_frontend", "maru", group("dynamo_frontend", []), "node-2", ["dynamo_workers", "no frontend"]),
+    # one model per endpoint: node-3's mocker without its endpoint lands on the default one, where node-2's
+    # vLLM workers serve another model
+    ("two_models_on_one_endpoint", "maru", lambda inv: inv["hosts"]["node-3"]["dynamo_workers"][0].pop("endpoint"),
+     "node-3", ["dynamo_workers[mock-a].served_model_name on node-3", "serves 'mock' on endpoint dyn://dynamo.backend.generate",
+                "dynamo_workers[w0].model on node-2 serves 'Qwen/Qwen2.5-0.5B-Instruct'"]),
     # one frontend per deployment: a second would be started but never proven ready
     ("two_frontends", "maru", group("dynamo_frontend", ["node-1", "node-3"]), "node-3",
      ["dynamo_frontend on node-3", "group dynamo_frontend has 2 hosts (node-1, node-3)"]),
@@ -479,6 +484,7 @@ CHECK_OF = {
     "no_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "empty_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "workers_without_frontend": "Check the worker list as the inventory writes it (dynamo_workers)",
+    "two_models_on_one_endpoint": "dynamo_worker : Check that the workers of one endpoint serve one model (endpoint, served_model_name)",
     "two_frontends": "dynamo_frontend : Check that the inventory has one frontend (group dynamo_frontend)",
     "maru_workers_without_pool_group": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",
     "kv_pool_names_no_pool_host": "dynamo_worker : Check the KV pool each worker names (kv_pool) and that its settings are written once",

@@ -102,3 +102,55 @@ def test_accepted_spellings_pass():
     assert w.worker_errors([good(system_port="18081", prefix_caching="no", served_model_name=7, gpus=[0])],
                            "h", ["fe"]) == []
     assert w.worker_errors([good(engine="mocker", gpus=[])], "h", ["fe"]) == []
+
+
+def model_worker(name, model="m", **kw):
+    return dict({"name": name, "engine": "vllm", "model": model, "system_port": 1}, **kw)
+
+
+def test_two_models_on_the_default_endpoint_across_hosts_are_refused():
+    """Dynamo keeps one model per endpoint: the second model on it exits at start (issue 34)."""
+    errs = w.endpoint_model_errors({"a": [model_worker("w0", "Qwen/A")], "b": [model_worker("w1", "Qwen/B")]})
+    assert errs == [
+        "dynamo_workers[w1].model on b: serves 'Qwen/B' on endpoint dyn://dynamo.backend.generate (no endpoint set: "
+        "the default), where dynamo_workers[w0].model on a serves 'Qwen/A': Dynamo registers one model per endpoint "
+        "and refuses the second at start. Give one of them its own endpoint (dynamo_workers[<worker>].endpoint, "
+        "e.g. dyn://dynamo.<component>.generate) or one served_model_name"]
+
+
+def test_served_model_name_is_the_name_and_an_endpoint_spelt_two_ways_is_one():
+    ep = "dyn://ns.mocker.generate"
+    errs = w.endpoint_model_errors({
+        "a": [model_worker("m0", "/models/x", engine="mocker", endpoint=ep, served_model_name="mock")],
+        "b": [model_worker("m1", "/other/x", engine="mocker", served_model_name="mock2",
+                           extra_args=["--endpoint=" + ep])]})
+    assert len(errs) == 1 and errs[0].startswith(
+        "dynamo_workers[m1].served_model_name on b: serves 'mock2' on endpoint dyn://ns.mocker.generate (its endpoint), "
+        "where dynamo_workers[m0].served_model_name on a serves 'mock'")
+    assert "e.g. dyn://ns.<component>.generate" in errs[0]
+    # one name on one endpoint: fine, whatever the model paths
+    assert w.endpoint_model_errors({
+        "a": [model_worker("m0", "/models/x", endpoint=ep, served_model_name="mock")],
+        "b": [model_worker("m1", "/other/x", endpoint=ep, served_model_name="mock")]}) == []
+    # one host, two models on one endpoint: refused too
+    assert len(w.endpoint_model_errors({"a": [model_worker("a0", "A"), model_worker("a1", "B")]})) == 1
+
+
+def test_distinct_endpoints_namespaces_and_prefill_are_distinct():
+    assert w.endpoint_model_errors({
+        "a": [model_worker("w0", "A"), model_worker("w1", "B", endpoint="dyn://dynamo.other.generate")],
+        # another namespace: the host's dynamo_worker_namespace, its dynamo_worker_env, the worker's own env or --namespace
+        "b": [model_worker("w2", "C")], "c": [model_worker("w3", "D")],
+        "d": [model_worker("w4", "E", env={"DYN_NAMESPACE": "e"}), model_worker("w5", "F", extra_args=["--namespace", "f"])],
+        # a prefill worker registers on the prefill component
+        "e": [model_worker("w6", "G", extra_args=["--disaggregation-mode", "prefill"])],
+    }, namespaces={"b": "nb"}, host_envs={"c": {"DYN_NAMESPACE": "nc"}}) == []
+    assert w.worker_endpoint(model_worker("w", extra_args=["--disaggregation-mode", "prefill"]), "ns") == (
+        "dyn://ns.prefill.generate", True)
+
+
+def test_arg_value():
+    assert w.arg_value(["--block-size", "64", "--x"], "--block-size") == "64"
+    assert w.arg_value(["--block-size=32", "--block-size", "16"], "--block-size") == "16"
+    assert w.arg_value(["--block-size"], "--block-size") is None
+    assert w.arg_value("--block-size 64", "--block-size") is None
