@@ -11,6 +11,7 @@ from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils i
 
 _kvcr = load("kvcr")
 _stack = load("stack")
+_workers = load("workers")
 
 
 def kvcr_cache_owner_id(slot, slot_count, prefix):
@@ -63,6 +64,27 @@ def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
             "kvcr_workers": [worker] if worker else [],
         })
     return members
+
+
+def kvcr_agreement_errors(hosts, hostvars, default_worker_name="kvcr", group="kvcr"):
+    """Settings that differ between the KVCR hosts (module_utils.kvcr.AGREED_SETTINGS: kvcr_* values,
+    the role defaults for unset ones, and the KVCR worker's vLLM --block-size)."""
+    host_settings = []
+    for host in hosts or []:
+        settings = {}
+        for key, dummy in _kvcr.AGREED_SETTINGS:
+            if key in _kvcr.HOST_DEFAULTS:
+                settings[key] = _hostvar(hostvars, host, key, _kvcr.HOST_DEFAULTS[key])
+        name = _hostvar(hostvars, host, "kvcr_worker_name", default_worker_name)
+        workers = _hostvar(hostvars, host, "dynamo_workers", [])
+        for worker in workers if isinstance(workers, list) else []:
+            if isinstance(worker, dict) and worker.get("name") == name:
+                try:
+                    settings["--block-size"] = _workers.block_size(worker)
+                except ValueError:
+                    settings["--block-size"] = _workers.arg_value(worker.get("extra_args"), "--block-size")
+        host_settings.append((str(host), settings))
+    return _kvcr.agreement_errors(host_settings, group)
 
 
 def kvcr_router_modes(hosts, hostvars):
@@ -156,6 +178,7 @@ class FilterModule:
             "kvcr_members": kvcr_members,
             "kvcr_router_modes": kvcr_router_modes,
             "kvcr_deployment_errors": kvcr_deployment_errors,
+            "kvcr_agreement_errors": kvcr_agreement_errors,
             "kvcr_worker_errors": kvcr_worker_errors,
             "kvcr_advertise_host_error": kvcr_advertise_host_error,
             "kvcr_ucx_envs": kvcr_ucx_envs,

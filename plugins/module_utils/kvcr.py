@@ -176,6 +176,43 @@ def deployment_errors(members, settings):
     return errors
 
 
+# What every KVCR host must share, and why: each host's worker, memory service and state agent read
+# their host's own copy, so a value set per host could differ. The last entry is the KVCR worker's
+# vLLM block size (module_utils.workers.block_size), which is not a kvcr_* variable.
+AGREED_SETTINGS = (
+    ("kvcr_variant", "the engines' KVCR tier and its memory service work one way on every node"),
+    ("kvcr_cache_slot_count", "every worker's KVCR_CACHE_SLOT_COUNT and the state agent's slots"),
+    ("kvcr_cache_owner_prefix", "the cache owner ids of one deployment differ in their slot only"),
+    ("kvcr_compatibility_digest", "a memory service refuses claims from engines with another digest"),
+    ("kvcr_hash_seed", "PYTHONHASHSEED of every worker: block hashes must agree across nodes"),
+    ("--block-size", "the KV blocks the nodes hash, announce and fetch from each other"),
+)
+
+
+def _same(value):
+    """A setting as compared across hosts (2 and "2" are one value)."""
+    return str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else repr(value)
+
+
+def agreement_errors(host_settings, group="kvcr"):
+    """Settings that differ between the KVCR hosts (AGREED_SETTINGS). ``host_settings``: one
+    (host, {setting: value}) per KVCR host, in inventory order, the role defaults (HOST_DEFAULTS)
+    standing in for what a host leaves unset. Each message names the setting, every host with its
+    value and why one value is needed."""
+    errors = []
+    for key, why in AGREED_SETTINGS:
+        values = [(host, settings.get(key)) for host, settings in host_settings if key in settings]
+        if len(set(_same(v) for dummy, v in values)) > 1:
+            where = ", ".join("%s on %s" % (v if v not in (None, "") else "%r" % (v,), host) for host, v in values)
+            if key == "--block-size":
+                errors.append("the KVCR workers' vLLM --block-size differs between the KVCR hosts: %s (extra_args; "
+                              "vLLM's default is 16). Every KVCR worker needs one block size: %s" % (where, why))
+            else:
+                errors.append("%s differs between the KVCR hosts: %s. Every host of group %s needs one value: %s; "
+                              "set it once, in the group's variables" % (key, where, group, why))
+    return errors
+
+
 def worker_errors(worker, expected_config, variant, require_hardware=True):
     """Checks of the one KVCR worker on a host (as its pool configures it: module_utils.kv_pools)
     against the config this variant renders."""

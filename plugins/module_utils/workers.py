@@ -390,6 +390,21 @@ def arg_value(args, flag):
     return value
 
 
+def block_size(worker):
+    """The vLLM block size of a worker: ``--block-size`` in its extra_args, else vLLM's default on GPUs
+    (maru.DEFAULT_BLOCK_SIZE, 16). Raises ValueError when the value written is not a positive integer."""
+    value = arg_value(worker.get("extra_args"), "--block-size")
+    if value is None:
+        return _maru.DEFAULT_BLOCK_SIZE
+    try:
+        size = int(value)
+    except (TypeError, ValueError):
+        size = 0
+    if size <= 0:
+        raise ValueError("--block-size must be a positive integer (got %r)" % (value,))
+    return size
+
+
 def served_model(worker):
     """(the model name a worker serves, the key it comes from): served_model_name, else its model."""
     if worker.get("served_model_name"):

@@ -215,6 +215,13 @@ CASES = [
     ("dup_etcd_address", "maru", hv("node-3", etcd_address="10.0.0.1"), "node-3", ["etcd_address"]),
     ("etcd_client_port_equals_peer_port", "maru", hv("node-1", etcd_peer_port=2379), "node-1", ["etcd_peer_port"]),
     ("dup_kvcr_slot", "kvcr", hv("gpu-b", kvcr_cache_slot=0), "gpu-b", ["kvcr_cache_slot"]),
+    # settings each KVCR host reads from its own copy must agree
+    ("kvcr_slot_count_differs", "kvcr", hv("gpu-b", kvcr_cache_slot_count=3), "gpu-b",
+     ["kvcr on gpu-b", "kvcr_cache_slot_count differs between the KVCR hosts: 2 on gpu-a, 3 on gpu-b"]),
+    ("kvcr_block_size_differs", "kvcr", hv("gpu-b", dynamo_workers=[{
+        "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9090,
+        "rpc_port": 9190, "kv_pool": "kvcr", "extra_args": ["--block-size", "32", "--enforce-eager"]}]),
+     "gpu-b", ["--block-size differs between the KVCR hosts: 64 on gpu-a, 32 on gpu-b"]),
     # missing groups
     ("no_etcd_group", "maru", group("etcd", None), "node-1", ["etcd_client_endpoints", "'etcd'"]),
     ("empty_etcd_group", "maru", group("etcd", []), "node-2", ["etcd_client_endpoints", "'etcd'"]),
@@ -481,6 +488,8 @@ CHECK_OF = {
     "dup_etcd_address": "etcd : Check that member names and endpoints are unique",
     "etcd_client_port_equals_peer_port": "etcd : Check this member's ports and address",
     "dup_kvcr_slot": "kvcr : Check the KVCR deployment across hosts (slots, nodes, digest, router mode)",
+    "kvcr_slot_count_differs": "kvcr : Check that the KVCR hosts agree (variant, slot count, owner prefix, digest, hash seed, block size)",
+    "kvcr_block_size_differs": "kvcr : Check that the KVCR hosts agree (variant, slot count, owner prefix, digest, hash seed, block size)",
     "no_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "empty_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "workers_without_frontend": "Check the worker list as the inventory writes it (dynamo_workers)",

@@ -402,3 +402,42 @@ def test_unit_cgroup_dirs_finds_v2_and_hybrid_layouts(tmp_path, sub):
     (cg / "cgroup.procs").write_text("12\n")
     assert kvcr.unit_cgroup_dirs(str(tmp_path), "/system.slice/dynamo-worker@kvcr.service") == [str(cg).replace("//", "/")]
     assert kvcr.unit_cgroup_dirs(str(tmp_path), "") == []
+
+
+def test_settings_that_must_agree_across_kvcr_hosts():
+    """Each host reads its own copy (issue 34): a per-host kvcr_cache_slot_count that differs is refused,
+    naming every host with its value; 2 and "2" are one value."""
+    same = {"kvcr_variant": "memory_service", "kvcr_cache_slot_count": 2, "kvcr_hash_seed": 0, "--block-size": 64}
+    assert kvcr.agreement_errors([("gpu-a", same), ("gpu-b", dict(same, kvcr_cache_slot_count="2"))]) == []
+    assert kvcr.agreement_errors([("gpu-a", same), ("gpu-b", dict(same, kvcr_cache_slot_count=3))]) == [
+        "kvcr_cache_slot_count differs between the KVCR hosts: 2 on gpu-a, 3 on gpu-b. Every host of group kvcr needs "
+        "one value: every worker's KVCR_CACHE_SLOT_COUNT and the state agent's slots; set it once, in the group's "
+        "variables"]
+    errs = kvcr.agreement_errors([("a", same), ("b", dict(same, kvcr_hash_seed=1, **{"--block-size": 16})),
+                                  ("c", dict(same, kvcr_compatibility_digest=""))], group="kv")
+    assert [e.split(" differs")[0] for e in errs] == ["kvcr_hash_seed", "the KVCR workers' vLLM --block-size"]
+    assert "0 on a, 1 on b, 0 on c" in errs[0] and "Every host of group kv needs" in errs[0]
+    assert errs[1].startswith("the KVCR workers' vLLM --block-size differs between the KVCR hosts: 64 on a, 16 on b, 64 on c")
+    # a host without the setting (no KVCR worker) is left to the worker checks
+    assert kvcr.agreement_errors([("a", {"--block-size": 64}), ("b", {})]) == []
+    assert kvcr.agreement_errors([("a", {"kvcr_compatibility_digest": "x"}), ("b", {"kvcr_compatibility_digest": ""})]) == [
+        "kvcr_compatibility_digest differs between the KVCR hosts: x on a, '' on b. Every host of group kvcr needs one "
+        "value: a memory service refuses claims from engines with another digest; set it once, in the group's variables"]
+
+
+def test_agreed_settings_are_role_variables_with_defaults():
+    """Every agreed kvcr_* setting has its default mirrored in HOST_DEFAULTS (the filter reads unset ones there)."""
+    keys = [k for k, dummy in kvcr.AGREED_SETTINGS]
+    assert keys[-1] == "--block-size" and all(k in kvcr.HOST_DEFAULTS for k in keys[:-1])
+
+
+def test_agreement_filter_reads_defaults_and_the_workers_block_size():
+    from ansible_collections.kvshare.dynamo.plugins.filter import kvcr as filters
+    worker = {"name": "kvcr", "engine": "vllm", "model": "m", "extra_args": ["--block-size", "64"]}
+    hostvars = {"a": {"dynamo_workers": [worker]}, "b": {"dynamo_workers": [dict(worker, extra_args=[])],
+                                                          "kvcr_cache_slot_count": 2}}
+    errs = filters.kvcr_agreement_errors(["a", "b"], hostvars)
+    assert errs == [e for e in errs if "--block-size differs" in e] and "64 on a, 16 on b" in errs[0]
+    hostvars["b"]["kvcr_cache_slot_count"] = 4
+    assert "kvcr_cache_slot_count differs between the KVCR hosts: 2 on a, 4 on b" in filters.kvcr_agreement_errors(
+        ["a", "b"], hostvars)[0]

@@ -154,3 +154,16 @@ def test_arg_value():
     assert w.arg_value(["--block-size=32", "--block-size", "16"], "--block-size") == "16"
     assert w.arg_value(["--block-size"], "--block-size") is None
     assert w.arg_value("--block-size 64", "--block-size") is None
+
+
+def test_block_size():
+    assert w.block_size({"extra_args": ["--enforce-eager", "--block-size", "128"]}) == 128
+    assert w.block_size({"extra_args": ["--block-size=32"]}) == 32
+    assert w.block_size({}) == 16
+    for bad in ("0", "big", "-16"):
+        try:
+            w.block_size({"extra_args": ["--block-size", bad]})
+        except ValueError as exc:
+            assert "--block-size must be a positive integer" in str(exc)
+        else:
+            raise AssertionError(bad)
