@@ -331,6 +331,38 @@ def _conflicts(host, worker, pos, ref, parts):
     return errors
 
 
+def _block_size_errors(host, worker, pos, ref, parts):
+    """A MaruKVConnector worker whose vLLM block size does not divide the chunk (kv_chunk_tokens) its
+    pool gives it. The connector then cuts its own chunks to another length (aligned down to the block
+    size, or one block when that gives 0), and a chunk's key is the hash of the prompt up to the chunk's
+    end: its keys match none the pool's other workers store, and theirs none of its (nothing is
+    shared), and one of its pages is not the size the chunk-size check computed."""
+    cfg = parts.get("kv_transfer_config") or {}
+    if ref["type"] != "maru" or cfg.get("kv_connector") != MARU_CONNECTOR:
+        return []
+    args = worker.get("extra_args")
+    written = _workers.arg_value(args, "--block-size") is not None
+    where = _workers.key_label(host, worker, pos, "extra_args" if written else "kv_pool")
+    try:
+        block = _workers.block_size(worker)
+    except ValueError as exc:
+        return ["%s: %s" % (where, exc)]
+    try:
+        tokens = int(cfg["kv_connector_extra_config"]["maru_kv_chunk_tokens"])
+    except (KeyError, TypeError, ValueError):
+        return []  # the pool's own checks name a bad kv_chunk_tokens
+    if tokens <= 0 or tokens % block == 0:
+        return []
+    source = (_workers.key_label(host, worker, pos, "kv_pool.kv_chunk_tokens") if ref.get("kv_chunk_tokens") is not None
+              else "maru_pool_kv_chunk_tokens on %s" % ref["host"])
+    size = ("--block-size %d" % block) if written else ("vLLM's default block size %d (no --block-size in extra_args)" % block)
+    return ["%s: %s does not divide the %d-token chunks its pool stores (%s). MaruKVConnector would cut this worker's "
+            "chunks to %d tokens: their keys (hashes of the prompt up to each chunk's end) match none that the pool's "
+            "other workers store, so no KV is shared. Use a block size that divides %d, or a kv_chunk_tokens that is a "
+            "multiple of %d for every worker of the pool"
+            % (where, size, tokens, source, _maru.effective_kv_chunk_tokens(tokens, block), tokens, block)]
+
+
 def pool_errors(host, workers, hostvars, groups):
     """Messages about the pools ``host``'s workers name (empty when every one resolves), each naming
     the worker's key as the inventory writes it (dynamo_workers[<worker>].kv_pool on <host>)."""
@@ -352,6 +384,7 @@ def pool_errors(host, workers, hostvars, groups):
             errors.append("%s: %s" % (_workers.key_label(host, worker, pos, "kv_pool"), exc))
             continue
         errors.extend(_conflicts(host, worker, pos, ref, parts))
+        errors.extend(_block_size_errors(host, worker, pos, ref, parts))
     return errors
 
 

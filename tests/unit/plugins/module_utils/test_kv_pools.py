@@ -337,3 +337,38 @@ def test_client_errors_two_workers_with_one_instance_id():
         "dynamo_workers[a].kv_pool.instance_id on p1: give each worker its own kv_pool.instance_id",
         "maru_instance_id 'w1-p1-a' of dynamo_workers[c].kv_pool.instance_id on w1 is already used by "
         "dynamo_workers[p1-a].kv_pool on w1 (default w1-p1-a): give each worker its own kv_pool.instance_id"]
+
+
+# ---------------------------------------------------------------- the block size divides the pool's chunk
+
+def test_block_size_that_does_not_divide_the_pools_chunk_is_refused():
+    """MaruKVConnector aligns maru_kv_chunk_tokens down to the block size: a worker whose block size does
+    not divide the pool's chunk keys its chunks on other prefix lengths than the pool's other workers
+    (issue 34). Named by the key written (extra_args) and where the chunk comes from."""
+    hostvars, groups = cluster({"maru_pool_bind_address": "10.0.0.1"}, p1=[vllm("a")])
+    good = vllm("b", extra_args=["--enforce-eager", "--block-size", "128"])
+    bad = vllm("c", extra_args=["--block-size", "96"])
+    assert kp.pool_errors("p1", [vllm("a"), good], hostvars, groups) == []  # 16 and 128 divide 256
+    assert kp.pool_errors("p1", [good, bad], hostvars, groups) == [
+        "dynamo_workers[c].extra_args on p1: --block-size 96 does not divide the 256-token chunks its pool stores "
+        "(maru_pool_kv_chunk_tokens on p1). MaruKVConnector would cut this worker's chunks to 192 tokens: their keys "
+        "(hashes of the prompt up to each chunk's end) match none that the pool's other workers store, so no KV is "
+        "shared. Use a block size that divides 256, or a kv_chunk_tokens that is a multiple of 96 for every worker "
+        "of the pool"]
+    # the chunk from the worker's own kv_pool, vLLM's default block size (16), and a block above the chunk
+    errs = kp.pool_errors("p1", [vllm("d", kv_pool={"type": "maru", "kv_chunk_tokens": 200}),
+                                 vllm("e", kv_pool={"type": "maru", "kv_chunk_tokens": 64}, extra_args=["--block-size=128"])],
+                          hostvars, groups)
+    assert errs[0].startswith("dynamo_workers[d].kv_pool on p1: vLLM's default block size 16 (no --block-size in "
+                              "extra_args) does not divide the 200-token chunks its pool stores "
+                              "(dynamo_workers[d].kv_pool.kv_chunk_tokens on p1). MaruKVConnector would cut this "
+                              "worker's chunks to 192 tokens")
+    assert errs[1].startswith("dynamo_workers[e].extra_args on p1: --block-size 128 does not divide the 64-token chunks")
+    assert "chunks to 128 tokens" in errs[1] and len(errs) == 2
+    assert kp.pool_errors("p1", [vllm("f", extra_args=["--block-size", "x"])], hostvars, groups) == [
+        "dynamo_workers[f].extra_args on p1: --block-size must be a positive integer (got 'x')"]
+
+
+def test_block_size_is_not_checked_for_lmcache_or_kvcr():
+    hostvars, groups = cluster({"maru_pool_connector": "lmcache"}, p1=[vllm("a")])
+    assert kp.pool_errors("p1", [vllm("a", extra_args=["--block-size", "96"])], hostvars, groups) == []
