@@ -499,6 +499,10 @@ finally:
 """
 
 
+def _main_pids(hostname, names):
+    return dict((n, F.sh(hostname, "systemctl show -p MainPID --value dynamo-worker@%s" % n).strip()) for n in names)
+
+
 @kv
 def test_fault_12_pool_full(stack, record):
     """the Maru pool full (its free space held by another instance) when worker A starts: verify.yml
@@ -530,16 +534,12 @@ def test_fault_12_pool_full(stack, record):
         F.sh(hostname, "systemctl start %s" % unit)
         local = [w["name"] for h, w in VLLM if h == pool_host and "maru-server.service" in
                  F.sh(h, "systemctl show -p PartOf --value dynamo-worker@%s" % w["name"]).split()]
-
-        def main_pids():
-            return dict((n, F.sh(pool_host, "systemctl show -p MainPID --value dynamo-worker@%s" % n).strip())
-                        for n in local)
-        before = main_pids()
+        before = _main_pids(pool_host, local)
         t0 = time.monotonic()
         F.sh(pool_host, "systemctl restart maru-server")
         # Same-GPU workers restart one after another, each once the previous one is ready.
-        F.wait_for(lambda: all(pid not in ("0", before[n]) for n, pid in main_pids().items()), timeout=600,
-                   interval=F.POLL, what="the workers on the pool's host to restart with maru-server")
+        F.wait_for(lambda: all(pid not in ("0", before[n]) for n, pid in _main_pids(pool_host, local).items()),
+                   timeout=600, interval=F.POLL, what="the workers on the pool's host to restart with maru-server")
         F.wait_all_serving(timeout=300)
         record["recovery_s"] = time.monotonic() - t0
     assert local, "no Maru worker on the pool's host %s is PartOf maru-server" % pool_host
