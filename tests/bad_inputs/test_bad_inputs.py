@@ -194,6 +194,23 @@ def node3_maru_worker(kv_pool):
     return mutate
 
 
+def galaxy_dependencies():
+    """The collections kvshare.dynamo declares it needs (galaxy.yml), what validate.yml checks on the controller."""
+    with open(os.path.join(REPO, "galaxy.yml")) as fh:
+        return dict((name, str(spec)) for name, spec in yaml.safe_load(fh)["dependencies"].items())
+
+
+def controller_collections(**changes):
+    """The controller must have galaxy.yml's dependencies with ``changes`` (name with "_" for "."), given as an
+    extra var: ansible-core reads its collection path once, in the pre-forking server, so a case cannot take a
+    collection away (tests/unit/test_controller_collections.py does, with its own collection path)."""
+    def mutate(inv):
+        wanted = galaxy_dependencies()
+        wanted.update((name.replace("__", "."), spec) for name, spec in changes.items())
+        inv["extra_vars"] = {"kvshare_controller_collections": wanted}
+    return mutate
+
+
 # (id, base, mutation, host the message must name, variables the message must name)
 CASES = [
     # duplicates
@@ -231,6 +248,12 @@ CASES = [
     ("two_models_on_one_endpoint", "maru", lambda inv: inv["hosts"]["node-3"]["dynamo_workers"][0].pop("endpoint"),
      "node-3", ["dynamo_workers[mock-a].served_model_name on node-3", "serves 'mock' on endpoint dyn://dynamo.backend.generate",
                 "dynamo_workers[w0].model on node-2 serves 'Qwen/Qwen2.5-0.5B-Instruct'"]),
+    # the controller's collections: one it does not have, one older than required
+    ("controller_collection_missing", "maru", controller_collections(kvshare__absent_dependency=">=1.0.0"), "localhost",
+     ["collection kvshare.absent_dependency on the controller (localhost): not installed",
+      "needs kvshare.absent_dependency >=1.0.0"]),
+    ("controller_collection_too_old", "kvcr", controller_collections(community__crypto=">=99.0.0"), "localhost",
+     ["collection community.crypto on the controller (localhost): version", "needs community.crypto >=99.0.0"]),
     # one frontend per deployment: a second would be started but never proven ready
     ("two_frontends", "maru", group("dynamo_frontend", ["node-1", "node-3"]), "node-3",
      ["dynamo_frontend on node-3", "group dynamo_frontend has 2 hosts (node-1, node-3)"]),
@@ -498,6 +521,8 @@ CHECK_OF = {
     "empty_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "workers_without_frontend": "Check the worker list as the inventory writes it (dynamo_workers)",
     "two_models_on_one_endpoint": "dynamo_worker : Check that the workers of one endpoint serve one model (endpoint, served_model_name)",
+    "controller_collection_missing": "Check the controller's collections (kvshare.dynamo's galaxy.yml dependencies)",
+    "controller_collection_too_old": "Check the controller's collections (kvshare.dynamo's galaxy.yml dependencies)",
     "two_frontends": "dynamo_frontend : Check that the inventory has one frontend (group dynamo_frontend)",
     "maru_workers_without_pool_group": "dynamo_worker : Check the KV pool each worker names (kv_pool), its settings written once, the block size",
     "kv_pool_names_no_pool_host": "dynamo_worker : Check the KV pool each worker names (kv_pool), its settings written once, the block size",
@@ -804,10 +829,13 @@ def results(request):
                 if mutation is not None:
                     mutation(inv)
                 playbook = os.path.join(REPO, inv.pop("playbook", PLAYBOOK))
+                extra_vars = inv.pop("extra_vars", None)
                 path = os.path.join(workdir, "hosts.yml")
                 with open(path, "w") as fh:
                     yaml.safe_dump(inventory_yaml(inv), fh, sort_keys=False)
                 argv = [ANSIBLE_PLAYBOOK, "-i", path, playbook, "-e", "kvshare_validate_offline=true"]
+                if extra_vars:
+                    argv += ["-e", json.dumps(extra_vars)]
                 try:
                     # What the guard checks before an ansible-playbook starts (these start in the server).
                     ansible_guard.check_run(argv, REPO, env, runtime=True)
