@@ -5,9 +5,10 @@
 """Offline validation of the example inventories for real hosts (no host is contacted).
 
 `ansible-playbook -i <inventory> playbooks/validate.yml -e kvshare_validate_offline=true` must pass
-on the controller for inventories/single_node and inventories/two_node_kvcr, run only
+on the controller for inventories/single_node, inventories/two_node_kvcr, inventories/sample and
+inventories/multi_node_maru (a pool host and two worker hosts), run only
 controller-side validation (changed=0 everywhere), and report each host probe as
-"skipped offline: ...". site.yml must pass --syntax-check with both inventories.
+"skipped offline: ...". site.yml must pass --syntax-check with each of them.
 """
 import os
 import re
@@ -19,7 +20,7 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
-INVENTORIES = ["single_node", "two_node_kvcr", "sample"]
+INVENTORIES = ["single_node", "two_node_kvcr", "sample", "multi_node_maru"]
 
 pytestmark = pytest.mark.skipif(not os.path.exists(os.path.join(BIN, "ansible-playbook")),
                                 reason="ansible-playbook not in the venv")
@@ -49,6 +50,8 @@ def test_offline_validation_passes(tmp_path, inventory):
     assert "skipped offline: dynamo_workers on" in out
     if inventory in ("single_node", "sample"):
         assert "skipped offline: maru_pool on gpu-node-1" in out
+    if inventory == "multi_node_maru":
+        assert "skipped offline: maru_pool on cxl-pool-1" in out
 
 
 def closed_loopback_port():
