@@ -16,7 +16,11 @@ attention-metadata class and falls back to the old FlashAttention layout ``[2, p
 per-layer view ``[blocks, kv_heads, block_size, C]`` (CPU: ``C = 2 * head_size``), so every store
 fails with "index N is out of bounds" and nothing is shared. This is the class of bug the seed's
 single-node example calls connector fix #72. The subclass below replaces only the two layout
-helpers; everything else (scheduler side, MaruHandler, resource manager, maru-server) is upstream.
+helpers and checks the views when vLLM registers them (a view they cannot index stops the worker
+there, instead of every store failing inside upstream's "Maru save error" handler); everything else
+(scheduler side, MaruHandler, resource manager, maru-server) is upstream. The views, per backend,
+are in docs/maru.md and tests/fixtures/vllm_kv_views/vllm031.json (C = 2 * head_size, key then
+value; MLA: one head, C = the latent, and the layer itself computes on the squeeze [blocks, N, C]).
 The helpers index token slots, but they are only ever given whole blocks: Maru moves chunks of
 ``maru_kv_chunk_tokens``, which the connector rounds to a multiple of the block size. That matters on
 CPU, where vLLM's kernels pack a block's keys internally (one token's key spreads over the block).
@@ -39,36 +43,126 @@ import sys
 import time
 
 # MaruKVConnector comes from the module-level __getattr__ below (built on first use).
-__all__ = ["MaruKVConnector", "extract_bhnc", "inject_bhnc", "wait", "usage"]  # pylint: disable=undefined-all-variable
+__all__ = ["MaruKVConnector", "KVLayoutError", "check_kv_caches", "check_kv_view", "extract_bhnc",
+           "inject_bhnc", "wait", "usage"]  # pylint: disable=undefined-all-variable
 
 
-def _is_mla(attn_metadata, layer_name):
-    from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
+# What the connector can index (the views vLLM 0.31 hands to connectors: see check_kv_view).
+SUPPORTED = ("a 4-D per-layer view [blocks, kv_heads, block_size, C] of any strides (vLLM 0.31's "
+             "standardized view: FLASH_ATTN, FLASHINFER, TRITON_ATTN, FLEX_ATTENTION, CPU_ATTN; MLA "
+             "backends with kv_heads 1: FLASH_ATTN_MLA, FLASHMLA, FLASHINFER_MLA, TRITON_MLA), "
+             "one token per block_size row, whose block_size divides the scheduler's block size, in "
+             "the model's only KV cache group (full attention or MLA)")
+# KV cache spec classes (vLLM 0.31, vllm/v1/kv_cache_interface.py) whose rows hold one token each
+# for the whole prompt; anything else (Mamba state, sliding windows, compressed or hidden-state
+# caches) is refused at registration.
+SUPPORTED_SPECS = ("FullAttentionSpec", "MLAAttentionSpec")
 
-    meta = attn_metadata[layer_name] if isinstance(attn_metadata, dict) else attn_metadata
-    return isinstance(meta, MLACommonMetadata)
+
+class KVLayoutError(RuntimeError):
+    """A KV cache view this connector cannot index: raised at registration, so the worker stops."""
+
+
+def check_kv_view(layer_name, shape, stride, dtype, block_size, backend="unknown", spec=None,
+                  group=0, groups=1, tokens_per_state=1):
+    """Refuse (KVLayoutError) a per-layer KV view that extract_bhnc/inject_bhnc cannot index.
+
+    Plain values only, so it runs without torch: ``shape``/``stride`` of the view vLLM registers,
+    ``block_size`` the scheduler's, ``spec`` the layer's KV cache spec class name (None: not known),
+    ``group`` its KV cache group of ``groups``, ``tokens_per_state`` from the spec."""
+    shape, stride = tuple(int(d) for d in shape), tuple(int(d) for d in stride)
+    problems = []
+    if len(shape) != 4:
+        problems.append("a %d-D view, not [blocks, kv_heads, block_size, C]" % len(shape))
+    elif not shape[2] or block_size % shape[2]:
+        problems.append("block_size dim %d does not divide the scheduler's block size %d"
+                        % (shape[2], block_size))
+    if spec is not None and spec not in SUPPORTED_SPECS:
+        problems.append("KV cache spec %s (one token per row of the whole prompt is required)" % spec)
+    if tokens_per_state != 1:
+        problems.append("%s tokens per stored row (one is required)" % tokens_per_state)
+    if groups != 1:
+        problems.append("KV cache group %d of %d (upstream Maru addresses every layer with group 0's "
+                        "block ids)" % (group, groups))
+    if problems:
+        raise KVLayoutError(
+            "kvshare_maru_connector: layer %s (attention backend %s): KV view shape %s stride %s dtype %s "
+            "is not supported: %s. Supported: %s. The worker stops here: upstream Maru would otherwise log "
+            "'Maru save error' on every store and serve with no shared cache."
+            % (layer_name, backend, shape, stride, dtype, "; ".join(problems), SUPPORTED))
+
+
+def _tokens_per_block(kv, block_size, mla):
+    """N of the view: its rows per block (a kernel block may be a fraction of the scheduler's)."""
+    if mla and kv.ndim == 3:  # MLA layer's own view: [blocks, block_size, C] (squeeze of H=1)
+        n = kv.shape[1]
+    elif kv.ndim == 4:
+        n = kv.shape[2]
+    else:
+        raise ValueError("expected a [blocks, kv_heads, block_size, C] KV view (MLA also "
+                         "[blocks, block_size, C]), got shape %s" % (tuple(kv.shape),))
+    if block_size % n:
+        raise ValueError("KV view block_size %d does not divide the block size %d" % (n, block_size))
+    return n
 
 
 def extract_bhnc(kv_layer, slot_mapping, block_size, mla=False):
-    """Rows of ``kv_layer`` ([blocks, heads, block_size, C]; MLA: [pages, page_size, C]) for the slots."""
-    if mla:
-        return kv_layer.reshape(-1, kv_layer.shape[-1])[slot_mapping]
-    if kv_layer.dim() != 4:
-        raise ValueError("expected a [blocks, kv_heads, block_size, C] KV view, got shape %s" % (tuple(kv_layer.shape),))
-    return kv_layer[slot_mapping // block_size, :, slot_mapping % block_size]
+    """Rows of ``kv_layer`` for the slots: [slots, kv_heads, C] from a [blocks, kv_heads, N, C] view
+    (any strides), [slots, C] from an MLA layer's [blocks, N, C].
+
+    Slots count in tokens of the scheduler's ``block_size``; a view whose kernel blocks are smaller
+    (N = block_size / r, blocks r times as many: vLLM's kernel block splitting) is indexed by N,
+    which is the same position (slot // N = block * r + offset // N)."""
+    n = _tokens_per_block(kv_layer, block_size, mla)
+    if kv_layer.ndim == 3:
+        return kv_layer[slot_mapping // n, slot_mapping % n]
+    return kv_layer[slot_mapping // n, :, slot_mapping % n]
 
 
 def inject_bhnc(dst_kv_cache, src_kv_data, slot_mapping, block_size, mla=False):
     """Write ``src_kv_data`` (one row per slot) into ``dst_kv_cache`` at the slots: inverse of extract."""
-    n = slot_mapping.shape[0]
-    if mla:
-        dst_kv_cache.reshape(-1, dst_kv_cache.shape[-1])[slot_mapping] = src_kv_data.reshape(n, -1)
+    count = slot_mapping.shape[0]
+    n = _tokens_per_block(dst_kv_cache, block_size, mla)
+    if dst_kv_cache.ndim == 3:
+        dst_kv_cache[slot_mapping // n, slot_mapping % n] = src_kv_data.reshape(count, -1)
         return
-    if dst_kv_cache.dim() != 4:
-        raise ValueError("expected a [blocks, kv_heads, block_size, C] KV view, got shape %s"
-                         % (tuple(dst_kv_cache.shape),))
-    dst_kv_cache[slot_mapping // block_size, :, slot_mapping % block_size] = (
-        src_kv_data.reshape(n, dst_kv_cache.shape[1], -1))
+    dst_kv_cache[slot_mapping // n, :, slot_mapping % n] = (
+        src_kv_data.reshape(count, dst_kv_cache.shape[1], -1))
+
+
+def _layer_specs(kv_cache_config):
+    """{layer: (spec class name, group index, tokens_per_state)} and the group count (KVCacheConfig)."""
+    specs, groups = {}, list(getattr(kv_cache_config, "kv_cache_groups", None) or [])
+    for index, group in enumerate(groups):
+        per_layer = getattr(group.kv_cache_spec, "kv_cache_specs", None) or {}  # UniformTypeKVCacheSpecs
+        for name in group.layer_names:
+            spec = per_layer.get(name, group.kv_cache_spec)
+            specs[name] = (type(spec).__name__, index, getattr(spec, "tokens_per_state", 1))
+    return specs, len(groups)
+
+
+def _backend_name(vllm_config, layer_name):
+    try:
+        layer = vllm_config.compilation_config.static_forward_context[layer_name]
+        return layer.get_attn_backend().get_name()
+    except Exception:  # only for the message
+        return "unknown"
+
+
+def check_kv_caches(kv_caches, block_size, vllm_config=None, kv_cache_config=None):
+    """check_kv_view for every layer vLLM registers; returns {layer: shape}."""
+    specs, groups = _layer_specs(kv_cache_config) if kv_cache_config is not None else ({}, 1)
+    shapes = {}
+    for name, kv in kv_caches.items():
+        spec, group, tokens_per_state = specs.get(name, (None, 0, 1))
+        if not hasattr(kv, "shape") or not hasattr(kv, "stride"):
+            raise KVLayoutError("kvshare_maru_connector: layer %s (attention backend %s): KV cache %s is "
+                                "not a tensor. Supported: %s" % (name, _backend_name(vllm_config, name),
+                                                                 type(kv).__name__, SUPPORTED))
+        check_kv_view(name, kv.shape, kv.stride(), kv.dtype, block_size, _backend_name(vllm_config, name),
+                      spec, group, max(groups, 1), tokens_per_state)
+        shapes[name] = tuple(kv.shape)
+    return shapes
 
 
 def _build_connector():
@@ -76,14 +170,29 @@ def _build_connector():
     from maru_vllm.connector import MaruWorkerConnector
 
     class BHNCMaruWorkerConnector(MaruWorkerConnector):
-        """Upstream worker side with vLLM 0.31's per-layer KV layout."""
+        """Upstream worker side with vLLM 0.31's per-layer KV layout, checked at registration."""
+
+        _kvshare_vllm_config = None
+        _kvshare_kv_cache_config = None
+        _kvshare_shapes = {}
+
+        def register_kv_caches(self, kv_caches):
+            # vLLM calls this once the KV cache is allocated, before the worker serves: a view the
+            # helpers cannot index stops the worker here, with what it is and what would do.
+            self._kvshare_shapes = check_kv_caches(kv_caches, self._block_size, self._kvshare_vllm_config,
+                                                   self._kvshare_kv_cache_config)
+            super().register_kv_caches(kv_caches)
+
+        def _latent(self, kv, layer_name):
+            # An MLA layer registers [blocks, 1, N, C] and computes on its squeeze [blocks, N, C].
+            return kv.dim() == 3 and self._kvshare_shapes.get(layer_name, (0, 0))[1:2] == (1,)
 
         def _extract_kv_from_layer(self, kv_layer, slot_mapping, attn_metadata, layer_name=""):
-            return extract_bhnc(kv_layer, slot_mapping, self._block_size, _is_mla(attn_metadata, layer_name))
+            return extract_bhnc(kv_layer, slot_mapping, self._block_size, self._latent(kv_layer, layer_name))
 
         def _inject_kv_into_layer(self, dst_kv_cache, src_kv_data, slot_mapping, attn_metadata, layer_name):
             inject_bhnc(dst_kv_cache, src_kv_data, slot_mapping, self._block_size,
-                        _is_mla(attn_metadata, layer_name))
+                        self._latent(dst_kv_cache, layer_name))
 
     class MaruKVConnector(UpstreamMaruKVConnector):
         """Upstream MaruKVConnector whose worker side uses BHNCMaruWorkerConnector."""
@@ -92,6 +201,8 @@ def _build_connector():
             super().__init__(vllm_config, role, kv_cache_config)
             if getattr(self, "_worker", None) is not None:
                 self._worker.__class__ = BHNCMaruWorkerConnector
+                self._worker._kvshare_vllm_config = vllm_config
+                self._worker._kvshare_kv_cache_config = kv_cache_config
 
     return MaruKVConnector
 
