@@ -394,11 +394,11 @@ CASES = [
      ["dynamo_workers[mock-a].rpc_port", "23790", "etcd_client_proxy_port"]),
     ("worker_port_is_default_kvcr_control_port", "kvcr", hv("gpu-b", dynamo_workers=[{
         "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9090,
-        "rpc_port": 23280, "kv_pool": "kvcr"}]),
+        "rpc_port": 23280, "kv_pool": "kvcr", "extra_args": ["--block-size", "64"]}]),
      "gpu-b", ["dynamo_workers[kvcr].rpc_port", "23280", "kvcr_control_port"]),
     ("worker_port_is_default_kvcr_agent_port", "kvcr", hv("gpu-a", dynamo_workers=[{
         "name": "kvcr", "engine": "vllm", "model": "Qwen/Qwen3-0.6B", "gpus": ["0"], "system_port": 9091,
-        "rpc_port": 9190, "kv_pool": "kvcr"}]),
+        "rpc_port": 9190, "kv_pool": "kvcr", "extra_args": ["--block-size", "64"]}]),
      "gpu-a", ["dynamo_workers[kvcr].system_port", "9091", "kvcr_state_agent_system_port"]),
     # one address, two hosts (not only between etcd members)
     ("dup_bind_address", "maru", both(group("etcd", ["node-1"]), hv("node-3", kvshare_bind_address="10.0.0.2")),
