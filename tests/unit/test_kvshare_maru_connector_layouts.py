@@ -193,13 +193,20 @@ def _kv_cache_config(spec_name, names, groups=1):
         for g in range(groups)])
 
 
-def test_register_kv_caches_accepts_flash_attention_and_passes_them_on(monkeypatch):
+def _flash_attn_connector(monkeypatch, groups=1):
+    """(module, FlashAttention's recorded view, its one-layer kv_caches, a connector with ``groups``
+    KV cache groups)."""
     _fake_upstream(monkeypatch)
     mod = _module()
     view = CASES["flash_attn"]["registered"][0]
     kv = {"model.layers.0.self_attn.attn": _FakeTensor(view["shape"], view["stride"])}
     connector = mod.MaruKVConnector(_vllm_config("FLASH_ATTN"), "worker",
-                                    _kv_cache_config("FullAttentionSpec", list(kv)))
+                                    _kv_cache_config("FullAttentionSpec", list(kv), groups=groups))
+    return mod, view, kv, connector
+
+
+def test_register_kv_caches_accepts_flash_attention_and_passes_them_on(monkeypatch):
+    dummy, view, kv, connector = _flash_attn_connector(monkeypatch)
     connector.register_kv_caches(kv)
     assert connector._worker.registered is kv
     assert connector._worker._kvshare_shapes == {"model.layers.0.self_attn.attn": tuple(view["shape"])}
@@ -222,12 +229,7 @@ def test_register_kv_caches_stops_the_worker_on_the_old_layout(monkeypatch):
 
 
 def test_register_kv_caches_refuses_a_second_kv_cache_group(monkeypatch):
-    _fake_upstream(monkeypatch)
-    mod = _module()
-    view = CASES["flash_attn"]["registered"][0]
-    kv = {"model.layers.0.self_attn.attn": _FakeTensor(view["shape"], view["stride"])}
-    connector = mod.MaruKVConnector(_vllm_config("FLASH_ATTN"), "worker",
-                                    _kv_cache_config("FullAttentionSpec", list(kv), groups=2))
+    mod, dummy, kv, connector = _flash_attn_connector(monkeypatch, groups=2)
     with pytest.raises(mod.KVLayoutError, match="KV cache group 0 of 2"):
         connector.register_kv_caches(kv)
 
