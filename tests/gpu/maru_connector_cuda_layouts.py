@@ -169,8 +169,8 @@ def refused(mod, dev):
 def main():
     assert torch.cuda.is_available(), "needs CUDA"
     dev = torch.device("cuda")
-    print("torch %s CUDA %s on %s (sm%d%d)" % ((torch.__version__, torch.version.cuda, torch.cuda.get_device_name())
-                                             + torch.cuda.get_device_capability()))
+    found = (torch.__version__, torch.version.cuda, torch.cuda.get_device_name()) + torch.cuda.get_device_capability()
+    print("torch %s CUDA %s on %s (sm%d%d)" % found)
     ops = vllm_ops()
     print("vLLM CUDA ops: %s" % ("imported" if ops is not None else "not installed here (torch indexing writes)"))
     mod = load_module()

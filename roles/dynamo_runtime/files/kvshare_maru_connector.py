@@ -43,8 +43,10 @@ import sys
 import time
 
 # MaruKVConnector comes from the module-level __getattr__ below (built on first use).
+# pylint: disable=undefined-all-variable
 __all__ = ["MaruKVConnector", "KVLayoutError", "check_kv_caches", "check_kv_view", "extract_bhnc",
-           "inject_bhnc", "wait", "usage"]  # pylint: disable=undefined-all-variable
+           "inject_bhnc", "wait", "usage"]
+# pylint: enable=undefined-all-variable
 
 
 # What the connector can index (the views vLLM 0.31 hands to connectors: see check_kv_view).
