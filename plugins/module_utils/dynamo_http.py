@@ -40,10 +40,12 @@ try:  # py3
     import urllib.request as urllib_request
     import urllib.error as urllib_error
     from http.client import HTTPException
+    from urllib.parse import urlsplit
 except ImportError:  # pragma: no cover - py2 is not supported by the collection
     urllib_request = None
     urllib_error = None
     HTTPException = Exception
+    urlsplit = None
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
 
@@ -173,12 +175,6 @@ def get_json(url, timeout=DEFAULT_TIMEOUT):
 
 def post_json(url, payload, timeout=DEFAULT_TIMEOUT, headers=None):
     return request("POST", url, payload, headers, timeout)
-
-
-def _url_host(url):
-    """The host part of http://HOST:PORT/..., or None."""
-    match = re.match(r"^[a-z][a-z0-9+.-]*://(\[[^]]+\]|[^/:]+)", str(url or ""), re.I)
-    return match.group(1).strip("[]") if match else None
 
 
 def join_url(base, path):
@@ -568,7 +564,7 @@ def map_worker(system_url, instances=None, timeout=DEFAULT_TIMEOUT, rpc_port=Non
         # The port on this worker's host: another host's worker may use the same rpc_port (a
         # stopped worker would otherwise be "found" as that one). An instance that names no host
         # still counts.
-        host = _url_host(system_url)
+        host = urlsplit(str(system_url or "")).hostname
         for inst in instances or []:
             if inst.get("tcp_port") == int(rpc_port) and (not host or not inst.get("tcp_host")
                                                           or str(inst["tcp_host"]) == host):
