@@ -4,10 +4,11 @@
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """The fast re-run on the converged sandbox (kvshare.dynamo.converged, docs/performance.md).
 
-Molecule's idempotence step re-runs site.yml with the fast path, which skips each role's body; the
-whole bodies' idempotence is proven here with kvshare_fast_rerun=false. Then drift on one host (a
-file the rdma_ucx role writes, removed by hand; it restarts nothing) must make that role, and only
-that role, run whole and repair it, and the run after that must skip every body again.
+The whole bodies' idempotence is proven here with kvshare_fast_rerun=false (0 changed, every body
+run). Then drift on one host (a file the rdma_ucx role writes, removed by hand; it restarts nothing)
+must make that role, and only that role, run whole and repair it, and the run after that must skip
+every body and change nothing: the fast path's idempotence. (CI leaves out molecule's own
+idempotence step, a fast re-run right after converge: these runs prove more on the same hosts.)
 """
 from conftest import FRONTEND, group, SB
 
