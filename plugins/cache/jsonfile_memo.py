@@ -24,7 +24,7 @@ description:
     facts read back in a later run carry no data tags (facts are never trusted templates).
   - Its files are not those of C(ansible.builtin.jsonfile); switching between the two gathers facts
     again once.
-version_added: "0.3.0"
+version_added: "0.1.0"
 author:
   - kvshare.dynamo developers (@kvshare)
 options:

@@ -14,7 +14,7 @@ DOCUMENTATION = r"""
 ---
 module: converged
 short_description: Whether a role's last full run still describes the host (the fast re-run's gate)
-version_added: "0.3.0"
+version_added: "0.1.0"
 description:
   - With O(state=record), at the end of a role's full run, writes one file per role (O(stamp_dir)/O(name).json,
     root only, mode 0600) holding a digest of every input of the run and a fingerprint of what the

@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: managed_files
 short_description: Directories and small files of a role in one module run
-version_added: "0.2.0"
+version_added: "0.1.0"
 description:
   - Creates the directories, then writes the files, each with its owner, group and mode; an entry
     that is already right is left alone. One run on the host instead of one C(file), C(copy) or

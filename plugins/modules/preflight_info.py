@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: preflight_info
 short_description: Read the paths, accounts, units and probe commands a role checks, in one module run
-version_added: "0.3.0"
+version_added: "0.1.0"
 description:
   - Whether each path exists and is a directory, the passwd entry of each account, the state of
     each systemd unit and the outcome of each probe command, in one module run on the host instead

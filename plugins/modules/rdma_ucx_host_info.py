@@ -12,7 +12,7 @@ DOCUMENTATION = r"""
 ---
 module: rdma_ucx_host_info
 short_description: Read the GPU driver, OFED/DOCA, IOMMU, VFIO, ACS and UCX state of a host in one run
-version_added: "0.3.0"
+version_added: "0.1.0"
 description:
   - Reads what the C(kvshare.dynamo.rdma_ucx) preflight decides the GPUDirect RDMA path from, in one
     module run on the host instead of one C(stat), C(slurp), C(find) or C(command) run per item (each
