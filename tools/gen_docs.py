@@ -16,6 +16,7 @@ those sources, never the README. tests/unit/test_generated_docs.py fails on a st
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sys
@@ -107,18 +108,171 @@ def role_tags(role):
 
 
 def all_tags():
-    """{tag: [(file, name)]} of every role, playbook and root playbook."""
+    """{tag: [(file, name)]} of every role task file, playbook and root playbook (a plain scan)."""
     found = {}
     for role in roles():
         for tag, places in role_tags(role).items():
             found.setdefault(tag, []).extend(places)
-    books = [os.path.join("playbooks", n) for n in sorted(os.listdir(os.path.join(REPO, "playbooks")))
-             if n.endswith(".yml")]
-    for rel in books + [n for n in sorted(os.listdir(REPO)) if n.endswith(".yml") and n != "galaxy.yml"]:
+    for rel in playbooks() + root_playbooks():
         data = _load(os.path.join(REPO, rel))
         if isinstance(data, list):
             _walk_tags(data, rel, found)
     return found
+
+
+def playbooks():
+    """playbooks/*.yml, relative to the repository."""
+    return [os.path.join("playbooks", n) for n in sorted(os.listdir(os.path.join(REPO, "playbooks")))
+            if n.endswith(".yml")]
+
+
+def root_playbooks():
+    """The repository root's playbooks (site.yml, verify.yml): lists of plays, unlike galaxy.yml."""
+    found = []
+    for name in sorted(os.listdir(REPO)):
+        if name.endswith(".yml") and name != "galaxy.yml":
+            data = _load(os.path.join(REPO, name))
+            if isinstance(data, list) and all(isinstance(play, dict) for play in data):
+                found.append(name)
+    return found
+
+
+def _action(task, *names):
+    """The argument of the first of the actions `names` (short or ansible.builtin.) the task runs."""
+    for name in names:
+        for key in (name, "ansible.builtin." + name):
+            if key in task:
+                return task[key] if task[key] is not None else {}
+    return None
+
+
+def _tag_list(node):
+    tags = node.get("tags") if isinstance(node, dict) else None
+    if isinstance(tags, str):
+        tags = [tags]
+    return [str(tag) for tag in tags] if isinstance(tags, list) else []
+
+
+def _role_name(name):
+    return str(name).split(".")[-1]
+
+
+class TagModel:
+    """The tags of the playbooks as ansible-playbook sees them before the run.
+
+    ``--list-tags`` reads plays, roles and static imports (import_playbook, import_tasks,
+    import_role) and the tags of each include task, never the tasks of a file an include_tasks or
+    include_role loads at run time. ``listed``: {tag: {playbook}} as ``--list-tags`` shows it per
+    playbook. ``dynamic``: {tag: [(place, parents)]} of the tags set only inside such an include,
+    each include on the way with its file, name and the tags it carries or inherits (the gate:
+    ``--tags`` runs the include only when it names one of them or the gate has ``always``).
+    ``found``: {tag: [(file, name)]} of every tag reached. ``hosts``: {role: host pattern} of the
+    first play of ``playbooks/site.yml`` (or a playbook it imports) that runs the whole role.
+    """
+
+    def __init__(self):
+        self.listed, self.dynamic, self.found, self.hosts = {}, {}, {}, {}
+        for rel in playbooks():
+            self._playbook(rel, rel, frozenset())
+
+    def _playbook(self, rel, entry, inherited):
+        data = _load(os.path.join(REPO, rel))
+        for play in data if isinstance(data, list) else []:
+            if not isinstance(play, dict):
+                continue
+            imported = _action(play, "import_playbook")
+            tags = inherited | set(_tag_list(play))
+            if imported is not None:
+                self._playbook(os.path.normpath(os.path.join(os.path.dirname(rel), imported)), entry, tags)
+                continue
+            for tag in _tag_list(play):
+                self._record(tag, rel, _text(play.get("name")), entry, ())
+            for entry_role in play.get("roles") or []:
+                role = entry_role if isinstance(entry_role, str) else entry_role.get("role") or entry_role.get("name")
+                role_tags_ = _tag_list(entry_role)
+                for tag in role_tags_:
+                    self._record(tag, rel, _role_name(role), entry, ())
+                self._host(rel, entry, play, role)
+                self._role(_role_name(role), "main.yml", entry, tags | set(role_tags_), ())
+            for key in ("pre_tasks", "tasks", "post_tasks", "handlers"):
+                self._tasks(play.get(key) or [], rel, os.path.dirname(rel), entry, tags, (), play)
+
+    def _host(self, rel, entry, play, role):
+        if entry == os.path.join("playbooks", "site.yml"):
+            hosts = str(play.get("hosts", ""))
+            match = re.search(r"default\(['\"]([^'\"]+)['\"]\)", hosts) if "{{" in hosts else None
+            self.hosts.setdefault(_role_name(role), match.group(1) if match else hosts)
+
+    def _role(self, role, tasks_from, entry, inherited, parents):
+        meta = os.path.join(REPO, "roles", role, "meta")
+        for dependency in ((_load(os.path.join(meta, "main.yml")) or {}).get("dependencies") or []
+                           if os.path.exists(os.path.join(meta, "main.yml")) else []):
+            name = dependency if isinstance(dependency, str) else dependency.get("role") or dependency.get("name")
+            self._role(_role_name(name), "main.yml", entry, inherited | set(_tag_list(dependency)), parents)
+        # ansible-core runs a role's argument validation first, as a task tagged always.
+        if os.path.exists(os.path.join(meta, "argument_specs.yml")):
+            self._record("always", os.path.join("roles", role, "meta", "argument_specs.yml"),
+                         "Validate the role's arguments (meta/argument_specs.yml)", entry, parents)
+        rel = os.path.join("roles", role, "tasks", tasks_from if tasks_from.endswith(".yml") else tasks_from + ".yml")
+        if os.path.exists(os.path.join(REPO, rel)):
+            self._tasks(_load(os.path.join(REPO, rel)) or [], rel, os.path.dirname(rel), entry, inherited, parents, None)
+
+    def _tasks(self, tasks, rel, base, entry, inherited, parents, play):
+        for task in tasks:
+            if not isinstance(task, dict):
+                continue
+            own = _tag_list(task)
+            name = _text(task.get("name"))
+            for tag in own:
+                self._record(tag, rel, name, entry, parents)
+            tags = inherited | set(own)
+            if "block" in task:
+                for key in ("block", "rescue", "always"):
+                    self._tasks(task.get(key) or [], rel, base, entry, tags, parents, play)
+                continue
+            imported = _action(task, "import_tasks")
+            if imported is not None:
+                path = os.path.normpath(os.path.join(base, imported if isinstance(imported, str) else imported["file"]))
+                self._tasks(_load(os.path.join(REPO, path)) or [], path, base, entry, tags, parents, play)
+                continue
+            role = _action(task, "import_role", "include_role")
+            included = _action(task, "include_tasks")
+            if role is None and included is None:
+                continue
+            static = role is not None and _action(task, "import_role") is not None
+            args = role if role is not None else included
+            args = args if isinstance(args, dict) else {"file": args}
+            applied = set(_tag_list(args.get("apply") or {}))
+            here = parents if static else parents + ((rel, name, frozenset(tags)),)
+            if role is not None:
+                if play is not None and not args.get("tasks_from"):
+                    self._host(rel, entry, play, args["name"])
+                self._role(_role_name(args["name"]), args.get("tasks_from") or "main.yml", entry,
+                           tags | applied if static else frozenset(applied), here)
+            else:
+                path = os.path.normpath(os.path.join(base, args["file"]))
+                self._tasks(_load(os.path.join(REPO, path)) or [], path, base, entry, frozenset(applied), here, play)
+
+    def _record(self, tag, rel, name, entry, parents):
+        self.found.setdefault(tag, []).append((rel, name))
+        if parents:
+            self.dynamic.setdefault(tag, []).append(((rel, name), parents))
+        else:
+            self.listed.setdefault(tag, set()).add(entry)
+
+    def only_dynamic(self):
+        """{tag: [(place, parents)]} of the tags --list-tags cannot show (set only inside includes)."""
+        return {tag: places for tag, places in self.dynamic.items() if tag not in self.listed}
+
+
+@functools.lru_cache(maxsize=1)
+def tag_model():
+    return TagModel()
+
+
+def selectable(tag, parents):
+    """Whether --tags <tag> reaches a task inside these includes (each include runs: always or tag)."""
+    return all("always" in gate or tag in gate for dummy, dummy2, gate in parents)
 
 
 def roles():
@@ -135,7 +289,11 @@ def role_readme(role):
     description = main.get("description")
     for paragraph in description if isinstance(description, list) else [description] if description else []:
         out += [_text(paragraph), ""]
-    out += ["```yaml", "- name: Use the role", "  hosts: all", "  roles:", "    - kvshare.dynamo.%s" % role, "```", ""]
+    if os.path.exists(os.path.join(REPO, "roles", role, "tasks", "main.yml")):
+        hosts = tag_model().hosts.get(role)
+        assert hosts, "%s: no play of playbooks/site.yml runs the role (its README's example hosts)" % role
+        out += ["```yaml", "- name: Use the role", "  hosts: %s" % hosts, "  become: true", "  roles:",
+                "    - kvshare.dynamo.%s" % role, "```", "", "(`hosts:` as in the play of `playbooks/site.yml` that runs the role.)", ""]
     others = [name for name in specs if name != "main"]
     if others:
         out += ["Entry points: `main` (the role)" + "".join(
