@@ -316,20 +316,61 @@ def role_readme(role):
     return "\n".join(out)
 
 
+def _phases(role):
+    """A role's own tags other than its name and always, e.g. etcd_install, rdma_verify."""
+    return sorted(tag for tag in role_tags(role) if tag not in (role, "always"))
+
+
 def tags_doc():
-    found = all_tags()
+    model = tag_model()
+    dynamic = model.only_dynamic()
     out = ["# Tags", "", GENERATED.format(source="the task files of roles/ and playbooks/"), "",
            "Run part of a playbook with `--tags` / `--skip-tags`, for example",
-           "`ansible-playbook -i inventories/mycluster site.yml --tags dynamo_worker_configure`.",
-           "Every role tags all its tasks with the role name and each phase with `<role>_<phase>`",
-           "(preflight, install, configure, service, ready); `always` marks what runs whatever the tags",
-           "(the inventory validation, the exported environment). `--list-tags` shows the same set.", "",
-           "| tag | where | what |", "|---|---|---|"]
-    for tag in sorted(found):
-        where = sorted({place for place, dummy in found[tag]})
-        what = sorted({name for dummy, name in found[tag] if name})
-        out.append("| `%s` | %s | %s |" % (tag, ", ".join("`%s`" % w for w in where), "; ".join(what)))
-    out += ["", "%d tags." % len(found), ""]
+           "`ansible-playbook -i inventories/mycluster site.yml --tags dynamo_worker`. `site.yml` and",
+           "`verify.yml` at the repository root import `playbooks/site.yml` and `playbooks/verify.yml`.", "",
+           "`always` marks what runs whatever `--tags` selects (the inventory validation, each role's",
+           "argument validation, its fast re-run comparison and record, the include of its body, the",
+           "environment it exports).",
+           "Each role tags its other tasks with the role's name and with one tag per phase; the phases",
+           "differ per role:", "",
+           "| role | phase tags |", "|---|---|"]
+    for role in roles():
+        if _phases(role):
+            out.append("| `%s` | %s |" % (role, ", ".join("`%s`" % tag for tag in _phases(role))))
+    out += ["", "## Tags `--list-tags` shows", "",
+            "`ansible-playbook -i <inventory> playbooks/<name>.yml --list-tags` shows exactly these",
+            "(tests/unit/test_docs_tags.py runs it); playbooks not named here show none.", "",
+            "| tag | playbooks | where | what |", "|---|---|---|---|"]
+    for tag in sorted(model.listed):
+        where = sorted({place for place, dummy in model.found[tag]})
+        what = sorted({name for dummy, name in model.found[tag] if name})
+        books = sorted(model.listed[tag])
+        out.append("| `%s` | %s | %s | %s |" % (tag, ", ".join("`%s`" % os.path.basename(b) for b in books),
+                                                 ", ".join("`%s`" % w for w in where), "; ".join(what)))
+    out += ["", "## Tags only reachable through a parent include", "",
+            "These are set on tasks of a file that a task loads at run time (`include_tasks`,",
+            "`include_role`). `--list-tags` reads the playbooks before the run: it shows the include's",
+            "own tags, never those of the tasks in the file it loads, so it cannot show these. At run time",
+            "`--tags <tag>` reaches them only when the include itself runs: when it is tagged `always`,",
+            "or when `--tags` also names one of its tags (then every task of the file with that tag runs",
+            "too). Each role's body (`tasks/converge.yml`) is such an include, tagged `always`; the fast",
+            "re-run, which skips a body when nothing changed, is off in a run limited by `--tags` or",
+            "`--skip-tags` (`kvshare.dynamo.converged`), so the selected tasks run.", "",
+            "| tag | where | through | `--tags` |", "|---|---|---|---|"]
+    for tag in sorted(dynamic):
+        where = sorted({place for (place, dummy), dummy2 in dynamic[tag]})
+        through = sorted({"`%s`: %s" % (parents[0][0], parents[0][1]) for dummy, parents in dynamic[tag]})
+        if any(selectable(tag, parents) for dummy, parents in dynamic[tag]):
+            how = "`%s` (the include is tagged `always`)" % tag
+        else:
+            gates = sorted({gate for dummy, parents in dynamic[tag] for dummy2, dummy3, gate in parents
+                            if "always" not in gate and tag not in gate}, key=sorted)
+            how = "not alone: only with the whole of %s (the include is tagged %s only)" % (
+                " or ".join("`%s`" % tag_ for gate in gates for tag_ in sorted(gate)),
+                ", ".join("`%s`" % tag_ for gate in gates for tag_ in sorted(gate)))
+        out.append("| `%s` | %s | %s | %s |" % (tag, ", ".join("`%s`" % w for w in where), "; ".join(through), how))
+    out += ["", "%d tags: %d shown by `--list-tags`, %d only through an include." % (
+        len(model.listed) + len(dynamic), len(model.listed), len(dynamic)), ""]
     return "\n".join(out)
 
 
