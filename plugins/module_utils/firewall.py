@@ -30,7 +30,8 @@ maru_pool_rm_port, maru_pool_server_port maru_pool                              
                                                                                    nobody on 127.0.0.1 (the default)
 kvcr_control_port                      kvcr_group_name (kvcr)                      KVCR hosts
 kvcr_state_agent_system_port           kvcr hosts running the state agent          cluster + metrics sources
-kvcr_kv_events_port                    kvcr                                        nobody (loopback only)
+kvcr_kv_events_port                    kvcr                                        KVCR hosts running the state agent
+                                                                                   (nobody, loopback only, when none does)
 etcd_client_proxy_port                 dynamo (the local etcd client proxy)        nobody (loopback only)
 perftest port (ib_write_bw, 18515)     a host named by rdma_ucx_bw_server          the rdma_ucx_bw_test clients
 firewall_extra_ports[*]                every host that sets them                   their sources, else cluster
@@ -484,23 +485,40 @@ def _plan_maru(b, where):
           maru_clients)
 
 
-def _plan_kvcr(b, opts, where, role_defaults):
-    host = b.host
-    if host not in where["kvcr_hosts"]:
-        return
-    b.add("tcp", b.own_var("kvcr_control_port"), "kvcr_control_port", "KVCR control channel (KVCR hosts)",
-          _Sources(b.addresses(sorted(set(where["kvcr_hosts"])))))
-    b.local("kvcr_kv_events_port")
-    agent = b.inv.own(host, "kvcr_state_agent_enabled", _MISSING)
+def _runs_state_agent(b, member, role_defaults):
+    """Whether the kvcr role runs the KV state agent on ``member``: its kvcr_state_agent_enabled, else the
+    role's default evaluated as "slot 0 runs the agent" (None, with an error, when that default changed)."""
+    agent = b.inv.own(member, "kvcr_state_agent_enabled", _MISSING)
     if agent is _MISSING:
         default = role_defaults.get("kvcr_state_agent_enabled")
         if default != KVCR_STATE_AGENT_DEFAULT:
             b.err("kvcr_state_agent_enabled on %s: the kvcr role's default (%r) is not the one this plan "
-                  "evaluates (%r); set kvcr_state_agent_enabled in the inventory" % (host, default, KVCR_STATE_AGENT_DEFAULT))
-            agent = False
-        else:
-            agent = str(b.inv.own(host, "kvcr_cache_slot", None)) == "0"
-    if _truthy(agent):
+                  "evaluates (%r); set kvcr_state_agent_enabled in the inventory (needed on %s)"
+                  % (member, default, KVCR_STATE_AGENT_DEFAULT, b.host))
+            return None
+        return str(b.inv.own(member, "kvcr_cache_slot", None)) == "0"
+    return _truthy(agent)
+
+
+def _plan_kvcr(b, opts, where, role_defaults):
+    host = b.host
+    if host not in where["kvcr_hosts"]:
+        return
+    kvcr_hosts = sorted(set(where["kvcr_hosts"]))
+    b.add("tcp", b.own_var("kvcr_control_port"), "kvcr_control_port", "KVCR control channel (KVCR hosts)",
+          _Sources(b.addresses(kvcr_hosts)))
+    # This host's vLLM publishes its raw KV events on tcp://*:kvcr_kv_events_port and advertises
+    # tcp://<kvcr_advertise_host>:<port> (dynamo_state_agent.raw_advertise_host); the state agent
+    # connects to that endpoint of every KVCR worker, its own host's included. Only the KVCR hosts
+    # that run the agent need it; with none, the port stays local.
+    agents = dict((member, _runs_state_agent(b, member, role_defaults)) for member in kvcr_hosts)
+    agent_hosts = [member for member in kvcr_hosts if agents[member]]
+    if agent_hosts:
+        b.add("tcp", b.own_var("kvcr_kv_events_port"), "kvcr_kv_events_port",
+              "vLLM raw KV events: the KV state agent (KVCR hosts that run it)", _Sources(b.addresses(agent_hosts)))
+    else:
+        b.local("kvcr_kv_events_port")
+    if agents[host]:
         b.add("tcp", b.own_var("kvcr_state_agent_system_port"), "kvcr_state_agent_system_port",
               "KV state agent: DYN_SYSTEM_PORT (health, metrics)", _Sources(where["cluster"] + opts["metrics"]))
 

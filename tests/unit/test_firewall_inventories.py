@@ -112,10 +112,10 @@ def test_two_node_kvcr():
         # etcd (single member), frontend, KVCR worker slot 0 + the KV state agent
         "gpu-a": {"tcp/22": ANY, "tcp/2379": both, "tcp/2380": ["10.0.1.11"], "tcp/8000": both,
                   "tcp/9090": both, "tcp/9190": both, DYN: both, PROXY: [],
-                  "tcp/23280": both, "tcp/9091": both, "tcp/23080": []},
-        # KVCR worker slot 1 (no state agent); the KV events port is loopback-only on both
+                  "tcp/23280": both, "tcp/9091": both, "tcp/23080": ["10.0.1.11"]},
+        # KVCR worker slot 1 (no state agent); the KV events port of both is open to the agent's host only
         "gpu-b": {"tcp/22": ANY, "tcp/9090": both, "tcp/9190": both, DYN: both, PROXY: [], "tcp/23280": both,
-                  "tcp/23080": []},
+                  "tcp/23080": ["10.0.1.11"]},
     }
 
 
@@ -139,6 +139,8 @@ def test_inventory_overrides_on_the_kvcr_inventory():
     assert out["gpu-a"]["tcp/18515"] == ["10.0.1.12"]        # ib_write_bw server, client gpu-b
     assert "tcp/18515" not in out["gpu-b"]
     assert out["gpu-b"]["tcp/9091"] == ["10.0.1.11", "10.0.1.12"]
+    # two state agents: each reads both workers' KV events
+    assert out["gpu-a"]["tcp/23080"] == out["gpu-b"]["tcp/23080"] == ["10.0.1.11", "10.0.1.12"]
     assert "tcp/24280" in out["gpu-a"] and "tcp/23280" not in out["gpu-a"] and "tcp/23280" in out["gpu-b"]
     assert "tcp/8080" in out["gpu-a"] and "tcp/8000" not in out["gpu-a"]
     # without the local etcd client proxy there is no proxy port to keep local

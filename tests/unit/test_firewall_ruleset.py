@@ -19,6 +19,13 @@
    with Debian's `flush ruleset` preamble and the role's include block), then the role's
    firewall_state=absent tasks (table, include block and file gone; everything open again).
 
+3. KVCR (the inventories/two_node_kvcr layout on loopback addresses of the namespace: gpu-a
+   127.0.30.1 runs KVCR slot 0 and the KV state agent, gpu-b 127.0.30.2 KVCR slot 1, plus edge
+   127.0.30.3, a Dynamo worker host that is no KVCR host): the tables of gpu-b and gpu-a, loaded in
+   turn. The state agent connects to every KVCR worker's raw KV-event endpoint
+   (kvcr_kv_events_port, 23080): gpu-b admits gpu-a there and drops edge and a stranger; gpu-a
+   admits its own agent and drops gpu-b (no agent) and edge.
+
 Skipped, with the reason, where unshare/nft/ip are missing or the kernel refuses nf_tables in a
 new namespace. Never sends anything outside the namespaces' loopback.
 """
@@ -275,3 +282,108 @@ def test_absent_removes_table_include_and_file(probed, rendered):
     out = rendered["out"]
     assert (out / "drop" / "nftables.conf").read_text() == DEBIAN_NFTABLES_CONF
     assert not (out / "drop" / "kvshare.nft").exists()
+
+
+# --- KVCR: the raw KV-event port between the KVCR hosts -----------------------------------------
+
+GPU_A, GPU_B, EDGE = "127.0.30.1", "127.0.30.2", "127.0.30.3"
+# phase (whose table is loaded) -> {(source, destination, port): expected}
+KVCR_PROBES = {
+    "kvcr-b": {
+        (GPU_A, GPU_B, 23080): "open",      # the state agent on gpu-a reads gpu-b's KV events
+        (EDGE, GPU_B, 23080): "dropped",    # a Dynamo host that is no KVCR host
+        (STRANGER, GPU_B, 23080): "dropped",
+        (EDGE, GPU_B, 9190): "open",        # ... while edge may reach the worker's request plane
+        (GPU_A, GPU_B, 23280): "open",      # KVCR control channel between the KVCR hosts
+        (EDGE, GPU_B, 23280): "dropped",
+    },
+    "kvcr-a": {
+        (GPU_A, GPU_A, 23080): "open",      # the agent reads its own host's worker on the advertised address
+        (GPU_B, GPU_A, 23080): "dropped",   # gpu-b runs no state agent
+        (EDGE, GPU_A, 23080): "dropped",
+    },
+}
+KVCR_LISTENERS = sorted({(dst, port) for probes in KVCR_PROBES.values() for dummy, dst, port in probes})
+
+RENDER_KVCR = """
+- name: Render the firewall of the two KVCR hosts (connection local, every path in tmp)
+  hosts: gpu-a:gpu-b
+  gather_facts: false
+  vars:
+    firewall_enabled: true
+    firewall_loopback_accept: localhost
+    __firewall_ruleset_path: "{{ out }}/{{ inventory_hostname }}/kvshare.nft"
+    firewall_nftables_conf: "{{ out }}/{{ inventory_hostname }}/nftables.conf"
+  tasks:
+    - name: Validate (the role's preflight)
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.firewall
+        tasks_from: preflight
+    - name: Render the drop table
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.firewall
+        tasks_from: configure
+"""
+
+
+def _kvcr_inventory(tmp_path):
+    """inventories/two_node_kvcr with loopback addresses, a local connection and one more host, edge: a
+    Dynamo worker host outside the kvcr group."""
+    inv = tmp_path / "inv"
+    shutil.copytree(os.path.join(REPO, "inventories", "two_node_kvcr"), inv)
+    for host, address in (("gpu-a", GPU_A), ("gpu-b", GPU_B), ("edge", EDGE)):
+        path = inv / "host_vars" / ("%s.yml" % host)
+        data = yaml.safe_load(path.read_text()) if path.exists() else {}
+        data.pop("ansible_host", None)
+        data["kvshare_bind_address"] = address
+        path.write_text(yaml.safe_dump(data))
+    (inv / "host_vars" / "edge.yml").write_text(yaml.safe_dump({"kvshare_bind_address": EDGE, "dynamo_workers": []}))
+    (inv / "group_vars" / "all.yml").write_text(yaml.safe_dump(
+        {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, "ansible_become": False}))
+    hosts = yaml.safe_load((inv / "hosts.yml").read_text())
+    hosts["all"]["children"]["dynamo"]["children"]["dynamo_workers"]["hosts"]["edge"] = None
+    (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    return inv
+
+
+@pytest.fixture(scope="module")
+def kvcr_probed(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("firewall_kvcr")
+    out = tmp_path / "out"
+    for host in ("gpu-a", "gpu-b"):
+        (out / host).mkdir(parents=True)
+    play = tmp_path / "render.yml"
+    play.write_text(RENDER_KVCR)
+    inv = _kvcr_inventory(tmp_path)
+    proc = subprocess.run(UNSHARE + [os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play),
+                                     "-e", "out=%s" % out], cwd=REPO, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    nft = "/usr/sbin/nft"
+    phases = [{"name": "kvcr-none", "probes": [list(k) for probes in KVCR_PROBES.values() for k in probes]}]
+    for name, host in (("kvcr-b", "gpu-b"), ("kvcr-a", "gpu-a")):
+        phases.append({"name": name, "commands": [[nft, "-f", str(out / host / "kvshare.nft")]],
+                       "probes": [list(k) for k in KVCR_PROBES[name]]})
+    spec = {"listeners": [list(item) for item in KVCR_LISTENERS], "timeout": 1.0, "phases": phases}
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = subprocess.run(UNSHARE + [sys.executable, HELPER, str(path)], cwd=REPO, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return {"out": out, "report": json.loads(proc.stdout)}
+
+
+def test_kvcr_rendered_events_rule(kvcr_probed):
+    out = kvcr_probed["out"]
+    for host in ("gpu-a", "gpu-b"):
+        text = (out / host / "kvshare.nft").read_text()
+        assert 'ip saddr { 127.0.30.1 } tcp dport 23080 accept comment "kvcr_kv_events_port"' in text, text
+        assert "tcp dport 23080 drop" not in text
+
+
+def test_kvcr_events_port_between_kvcr_hosts_only(kvcr_probed):
+    report = kvcr_probed["report"]
+    assert set(report["kvcr-none"]["probes"].values()) == {"open"}   # without a table everything connects
+    for name, probes in KVCR_PROBES.items():
+        _commands_ok(report[name])
+        assert report[name]["probes"] == {"%s>%s:%d" % key: want for key, want in probes.items()}, name

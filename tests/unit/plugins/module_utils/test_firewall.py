@@ -94,18 +94,67 @@ def test_maru_on_loopback_by_default_admits_nobody():
     assert {"maru_pool_rm_port", "maru_pool_server_port"} <= {r["variable"] for r in p["local_only"]}
 
 
-def test_kvcr_host_state_agent_and_local_only_events_port():
+def test_kvcr_host_state_agent_and_its_events_port():
     p = plan("c")
     table = fw.port_table(p)
     assert table["tcp/23280"] == ["10.0.0.3"]          # KVCR peers only (here: itself)
     assert table["tcp/9091"] == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]   # slot 0 runs the state agent
-    assert table["tcp/23080"] == []                     # local only
-    assert [r["variable"] for r in p["local_only"]] == ["etcd_client_proxy_port", "kvcr_kv_events_port"]
+    assert table["tcp/23080"] == ["10.0.0.3"]          # the state agent (here: on this host) reads the events
+    assert [r["variable"] for r in p["local_only"]] == ["etcd_client_proxy_port"]
     hostvars, groups = three_hosts()
     hostvars["c"]["kvcr_cache_slot"] = 1
-    assert "tcp/9091" not in fw.port_table(plan("c", hostvars, groups))
+    p = plan("c", hostvars, groups)
+    assert "tcp/9091" not in fw.port_table(p)
+    # no KVCR host runs the agent: nobody reads the events from outside, the port stays local
+    assert fw.port_table(p)["tcp/23080"] == []
+    assert [r["variable"] for r in p["local_only"]] == ["etcd_client_proxy_port", "kvcr_kv_events_port"]
     hostvars["c"]["kvcr_state_agent_enabled"] = "true"
     assert "tcp/9091" in fw.port_table(plan("c", hostvars, groups))
+
+
+def two_kvcr_hosts():
+    """c (slot 0, the state agent) and d (slot 1) are the KVCR hosts; a and b are service hosts, not KVCR."""
+    hostvars, groups = three_hosts()
+    hostvars["d"] = {"kvshare_bind_address": "10.0.0.4", "kvcr_cache_slot": 1, "kvcr_kv_events_port": 24080,
+                     "firewall_host_addresses": ["10.0.4.4"],
+                     "dynamo_workers": [{"name": "kvcr", "system_port": 9090, "rpc_port": 9190}]}
+    hostvars["c"]["firewall_host_addresses"] = ["10.0.3.3"]
+    groups["all"].append("d")
+    groups["dynamo_workers"].append("d")
+    groups["kvcr"] = ["c", "d"]
+    return hostvars, groups
+
+
+def test_kvcr_events_port_is_open_to_the_state_agent_hosts_only():
+    """Every KVCR worker publishes its raw KV events on kvcr_kv_events_port; the state agent on the slot-0
+    host connects to each (its own host's included). Only the agent's host is admitted, never another
+    service host or anyone else; each host opens its own kvcr_kv_events_port."""
+    hostvars, groups = two_kvcr_hosts()
+    c, d = fw.port_table(plan("c", hostvars, groups)), fw.port_table(plan("d", hostvars, groups))
+    assert c["tcp/23080"] == ["10.0.0.3", "10.0.3.3"] and "tcp/24080" not in c
+    assert d["tcp/24080"] == ["10.0.0.3", "10.0.3.3"] and "tcp/23080" not in d   # not d itself, not a, b
+    assert "tcp/9091" in c and "tcp/9091" not in d
+    assert d["tcp/23280"] == ["10.0.0.3", "10.0.0.4", "10.0.3.3", "10.0.4.4"]
+    rule = [r for r in plan("d", hostvars, groups)["rules"] if r["variable"] == "kvcr_kv_events_port"][0]
+    assert rule["matches"] == ["ip saddr { 10.0.0.3, 10.0.3.3 } "] and rule["comment"] == "kvcr_kv_events_port"
+    # non-KVCR hosts open no KVCR port at all
+    assert not [k for k in fw.port_table(plan("a", hostvars, groups)) if k in ("tcp/23080", "tcp/24080")]
+    # the agent moved to d: c admits d, d admits itself
+    hostvars["c"]["kvcr_state_agent_enabled"] = False
+    hostvars["d"]["kvcr_state_agent_enabled"] = "yes"
+    c, d = fw.port_table(plan("c", hostvars, groups)), fw.port_table(plan("d", hostvars, groups))
+    assert c["tcp/23080"] == ["10.0.0.4", "10.0.4.4"] and d["tcp/24080"] == ["10.0.0.4", "10.0.4.4"]
+
+
+def test_kvcr_peer_without_a_known_state_agent_rule_is_reported():
+    hostvars, groups = two_kvcr_hosts()
+    defaults = dict(DEFAULTS, kvcr_state_agent_enabled="{{ kvcr_cache_slot == 1 }}")
+    p = fw.host_plan("d", groups, hostvars, dict(OPTIONS), defaults)
+    assert any(e.startswith("kvcr_state_agent_enabled on c: ") and e.endswith("(needed on d)") for e in p["errors"])
+    hostvars["c"]["kvcr_state_agent_enabled"] = True
+    hostvars["d"]["kvcr_state_agent_enabled"] = False
+    p = fw.host_plan("d", groups, hostvars, dict(OPTIONS), defaults)
+    assert p["errors"] == [] and fw.port_table(p)["tcp/24080"] == ["10.0.0.3", "10.0.3.3"]
 
 
 def test_inventory_values_win_over_role_defaults():
