@@ -117,6 +117,30 @@ def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=None):
     return _kvcr.rdma_transport_errors(host, [str(g) for g in gpus or []], dict(envs or {}), required_tls)
 
 
+def kvcr_hca_errors(plan, host, gpus):
+    """Why the HCA port rdma_ucx chose for each of the KVCR worker's GPUs is not GPU-local (PIX/PXB) or not
+    InfiniBand/RoCE (each message names the GPU, the host and the variable that chose the port)."""
+    return _kvcr.hca_errors(host, [str(g) for g in gpus or []], list(plan or []))
+
+
+def kvcr_memlock_errors(results, host, needs=None):
+    """Why the KVCR units' LimitMEMLOCK is too small for what they pin.
+
+    ``results``: the registered loop of ``systemctl show -p LoadState -p LimitMEMLOCK <unit>`` (item =
+    unit, stdout), or [{unit, show or limit}]; ``needs``: {unit: {need, what}}."""
+    units = []
+    for result in results or []:
+        unit = result.get("unit", result.get("item"))
+        item = {"unit": unit}
+        if "limit" in result:
+            item["limit"] = result["limit"]
+        else:
+            item["show"] = result.get("show", result.get("stdout", ""))
+        item.update((needs or {}).get(unit) or {})
+        units.append(item)
+    return _kvcr.memlock_errors(host, units)
+
+
 def kvcr_pool_limit_error(pool_sizes_gb, guard_count, limit_gb):
     """Why the memory service's pools exceed kvcr_service_pool_limit_gb ('' when they fit)."""
     try:
@@ -187,5 +211,7 @@ class FilterModule:
             "kvcr_transport_count": kvcr_transport_count,
             "kvcr_transport_rise_errors": kvcr_transport_rise_errors,
             "kvcr_rdma_errors": kvcr_rdma_errors,
+            "kvcr_hca_errors": kvcr_hca_errors,
+            "kvcr_memlock_errors": kvcr_memlock_errors,
             "kvcr_guard_workers": kvcr_guard_workers,
         }

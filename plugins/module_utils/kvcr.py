@@ -491,6 +491,106 @@ def rdma_transport_errors(host, gpus, envs, required_tls=REQUIRED_UCX_TLS):
     return errors
 
 
+# PCIe path classes (nvidia-smi topo -m, module_utils.topology) that count as a GPU-local HCA: the seed
+# refuses any other.
+GPU_LOCAL_PATHS = ("PIX", "PXB")
+# Port link layers that carry RC verbs: InfiniBand, or Ethernet on an mlx5 HCA (RoCE; UCX's rc_x,
+# which KVCR requires, is mlx5-only).
+IB_LINK_LAYER = "InfiniBand"
+ROCE_LINK_LAYER = "Ethernet"
+_HCA_HINT = ("KVCR needs a GPU-local InfiniBand/RoCE port (seed 002); pin one with rdma_ucx_hca_overrides, or set "
+             "kvcr_allow_non_rdma_transport=true to accept this one on purpose")
+
+
+def hca_errors(host, gpus, plan):
+    """Why the HCA port rdma_ucx chose for each KVCR GPU is not usable for KVCR (empty list: all are).
+
+    plan: rdma_ucx's per-GPU plan of this run (module_utils.topology.gpu_plan: path_class, link_layer,
+    hca_is_mlx5, source). A GPU the plan lacks, or one without an HCA, is left to
+    rdma_transport_errors. Each message names the GPU, the host and the variable that chose the port.
+    """
+    by_index = dict((str(g.get("index")), g) for g in (plan or []))
+    errors = []
+    for gpu in (str(g) for g in gpus or []):
+        entry = by_index.get(gpu)
+        if not entry or not entry.get("hca"):
+            continue
+        where = "GPU %s on %s" % (gpu, host)
+        chosen = "%s (%s)" % (entry.get("ucx_net_devices"),
+                              "rdma_ucx_hca_overrides[%s]" % gpu if entry.get("source") == "override"
+                              else "discovered by rdma_ucx")
+        path = entry.get("path_class")
+        if path not in GPU_LOCAL_PATHS:
+            errors.append("%s: HCA port %s is not GPU-local: PCIe path %s, KVCR requires %s; %s"
+                          % (where, chosen, path or "unknown (not in the discovered topology)",
+                             " or ".join(GPU_LOCAL_PATHS), _HCA_HINT))
+        layer = entry.get("link_layer")
+        if layer == ROCE_LINK_LAYER and not entry.get("hca_is_mlx5"):
+            errors.append("%s: HCA port %s is Ethernet on a non-mlx5 HCA: no RoCE port for UCX's rc_x; %s"
+                          % (where, chosen, _HCA_HINT))
+        elif layer not in (IB_LINK_LAYER, ROCE_LINK_LAYER):
+            errors.append("%s: HCA port %s has link layer %s, neither InfiniBand nor Ethernet (RoCE); %s"
+                          % (where, chosen, layer or "unknown", _HCA_HINT))
+    return errors
+
+
+# systemd's LimitMEMLOCK for "unlimited", as unit files and `systemctl show` write it.
+UNLIMITED_MEMLOCK = ("infinity", "unlimited", "18446744073709551615")
+_SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([KMGTPE]?)i?B?\s*$", re.IGNORECASE)
+
+
+def memlock_bytes(value):
+    """A LimitMEMLOCK value in bytes (None: unlimited; ValueError when it is not one)."""
+    text = str(value).strip()
+    if text.lower() in UNLIMITED_MEMLOCK:
+        return None
+    match = _SIZE_RE.match(text)
+    if not match:
+        raise ValueError("%r is not a LimitMEMLOCK value (bytes, K/M/G/T suffix, or infinity)" % (value,))
+    return int(match.group(1)) * 1024 ** "BKMGTPE".index((match.group(2) or "B").upper())
+
+
+def _show_properties(text):
+    props = {}
+    for line in str(text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            props[key.strip()] = value.strip()
+    return props
+
+
+def memlock_errors(host, units):
+    """Why the units' memlock limit is too small to pin their buffers for RDMA (empty: it is not).
+
+    units: [{"unit", "show" (``systemctl show -p LoadState -p LimitMEMLOCK`` output) or "limit"
+    (a LimitMEMLOCK value), "need" (bytes the unit pins, or {"guard_count", "pool_sizes_gb"}: the memory
+    service's pools), "what"}]. A unit systemd has not loaded (not installed yet) is not judged.
+    """
+    errors = []
+    for item in units or []:
+        unit = item.get("unit")
+        if "show" in item:
+            props = _show_properties(item.get("show"))
+            if props.get("LoadState") != "loaded":
+                continue
+            value = props.get("LimitMEMLOCK", "")
+        else:
+            value = item.get("limit")
+        need = item.get("need") or 0
+        if isinstance(need, dict):
+            need = pool_bytes(need.get("guard_count", 1), need.get("pool_sizes_gb") or [])
+        try:
+            limit = memlock_bytes(value)
+        except ValueError as exc:
+            errors.append("%s on %s: LimitMEMLOCK %s" % (unit, host, exc))
+            continue
+        if limit is not None and limit < int(need):
+            errors.append("%s on %s: LimitMEMLOCK=%d bytes is below the %d bytes %s pins for RDMA; it must be "
+                          "infinity, as the roles render it (a drop-in or an override lowered it)"
+                          % (unit, host, limit, int(need), item.get("what") or "the unit"))
+    return errors
+
+
 def pool_bytes(guard_count, pool_sizes_gb):
     """Bytes the memory service maps in its pool directory: per Guard the journal plus every pool."""
     sizes = pool_sizes_gb if isinstance(pool_sizes_gb, (list, tuple)) else str(pool_sizes_gb).split(",")
