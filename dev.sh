@@ -3,7 +3,7 @@
 #   ./dev.sh sandbox   build what the sandbox needs, create 3 sandbox hosts, run site.yml, then verify.yml
 #   ./dev.sh test      everything CI runs: yamllint, ansible-lint, ansible-test sanity + antsibull-docs
 #                      lint, pytest, every bad-input case, collection build, molecule (create, converge,
-#                      idempotence, steady and disruptive checks) then the fault cases marked kv on its
+#                      steady checks with whole and fast re-runs, disruptive checks) then the fault cases marked kv on its
 #                      hosts, the day-2 suite and the other fault cases on the day-2 copy, the KVCR
 #                      sandbox test, the playbook coverage gate; then the hosts are removed
 # Other targets: bootstrap, link, lint, unit, sanity (ansible-test sanity + antsibull-docs lint), build,
