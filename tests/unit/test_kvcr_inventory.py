@@ -157,8 +157,12 @@ def render(tmp_path, host_vars=None, **changes):
     play = tmp_path / "render.yml"
     play.write_text(RENDER)
     out = tmp_path / "out"
+    # the preflight's host probe for RDMA verbs devices (hardware required): a stand-in directory
+    uverbs = tmp_path / "infiniband"
+    uverbs.mkdir()
+    (uverbs / "uverbs0").write_text("")
     proc = playbook(tmp_path, inv, play, "-e", "render_dir=%s" % out,
-                    "-e", "dynamo_runtime_venv=/opt/dynamo/venvs/current")
+                    "-e", "dynamo_runtime_venv=/opt/dynamo/venvs/current", "-e", "__kvcr_uverbs_dir=%s" % uverbs)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-2000:]
     return out
 

@@ -567,7 +567,10 @@ def test_preflight_wires_the_hca_device_and_memlock_checks():
     assert "kvshare.dynamo.kvcr_hca_errors" in json.dumps(hca)
     assert {"not kvcr_allow_non_rdma_transport | bool", "kvcr_require_hardware | bool"} <= set(hca["when"])
     find = tasks["Find the RDMA verbs devices (/dev/infiniband/uverbs*)"]
-    assert find["ansible.builtin.find"]["paths"] == "/dev/infiniband" and find["ansible.builtin.find"]["patterns"] == "uverbs*"
+    assert find["ansible.builtin.find"]["paths"] == "{{ __kvcr_uverbs_dir }}" and find["ansible.builtin.find"]["patterns"] == "uverbs*"
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "kvcr", "defaults",
+                           "main.yml")) as handle:
+        assert yaml.safe_load(handle)["__kvcr_uverbs_dir"] == "/dev/infiniband"
     assert "kvcr_require_hardware | bool" in find["when"]
     assert "not (kvshare_validate_offline | default(false) | bool)" in find["when"]
     show = tasks["Read the memlock limit systemd gives the installed KVCR units"]
