@@ -154,7 +154,7 @@ def _tag_list(node):
 
 
 def _role_name(name):
-    return str(name).split(".")[-1]
+    return str(name).rsplit(".", maxsplit=1)[-1]
 
 
 class TagModel:
@@ -345,8 +345,8 @@ def tags_doc():
         where = sorted({place for place, dummy in model.found[tag]})
         what = sorted({name for dummy, name in model.found[tag] if name})
         books = sorted(model.listed[tag])
-        out.append("| `%s` | %s | %s | %s |" % (tag, ", ".join("`%s`" % os.path.basename(b) for b in books),
-                                                 ", ".join("`%s`" % w for w in where), "; ".join(what)))
+        listed_in = ", ".join("`%s`" % os.path.basename(b) for b in books)
+        out.append("| `%s` | %s | %s | %s |" % (tag, listed_in, ", ".join("`%s`" % w for w in where), "; ".join(what)))
     out += ["", "## Tags only reachable through a parent include", "",
             "These are set on tasks of a file that a task loads at run time (`include_tasks`,",
             "`include_role`). `--list-tags` reads the playbooks before the run: it shows the include's",
