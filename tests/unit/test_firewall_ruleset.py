@@ -166,19 +166,25 @@ def _inventory(tmp_path):
     return inv
 
 
+def _render(tmp_path, text, inv, out):
+    """ansible-playbook of the play TEXT on INV (inside the test's own namespaces), files into OUT."""
+    play = tmp_path / "render.yml"
+    play.write_text(text)
+    proc = subprocess.run(UNSHARE + [os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play),
+                                     "-e", "out=%s" % out], cwd=REPO, env=_env(tmp_path),
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    return proc
+
+
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("firewall")
     out = tmp_path / "out"
     (out / "drop").mkdir(parents=True)
     (out / "drop" / "nftables.conf").write_text(DEBIAN_NFTABLES_CONF)
-    play = tmp_path / "render.yml"
-    play.write_text(RENDER)
     inv = _inventory(tmp_path)
-    proc = subprocess.run(UNSHARE + [os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play),
-                                     "-e", "out=%s" % out], cwd=REPO, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    proc = _render(tmp_path, RENDER, inv, out)
     return {"tmp": tmp_path, "out": out, "inv": inv, "log": proc.stdout}
 
 
@@ -352,13 +358,8 @@ def kvcr_probed(tmp_path_factory):
     out = tmp_path / "out"
     for host in ("gpu-a", "gpu-b"):
         (out / host).mkdir(parents=True)
-    play = tmp_path / "render.yml"
-    play.write_text(RENDER_KVCR)
     inv = _kvcr_inventory(tmp_path)
-    proc = subprocess.run(UNSHARE + [os.path.join(BIN, "ansible-playbook"), "-i", str(inv), str(play),
-                                     "-e", "out=%s" % out], cwd=REPO, env=_env(tmp_path),
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    proc = _render(tmp_path, RENDER_KVCR, inv, out)
     nft = "/usr/sbin/nft"
     phases = [{"name": "kvcr-none", "probes": [list(k) for probes in KVCR_PROBES.values() for k in probes]}]
     for name, host in (("kvcr-b", "gpu-b"), ("kvcr-a", "gpu-a")):
