@@ -30,6 +30,7 @@ import signal
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+from ansible_collections.kvshare.dynamo.plugins.module_utils.rdma_ucx import GPU_LOCAL_PATHS
 
 VARIANTS = ("process_local", "memory_service")
 CACHE_OWNER_RE = re.compile(r"^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}/[0-9a-f]{32}$")
@@ -491,9 +492,6 @@ def rdma_transport_errors(host, gpus, envs, required_tls=REQUIRED_UCX_TLS):
     return errors
 
 
-# PCIe path classes (nvidia-smi topo -m, module_utils.topology) that count as a GPU-local HCA: the seed
-# refuses any other.
-GPU_LOCAL_PATHS = ("PIX", "PXB")
 # Port link layers that carry RC verbs: InfiniBand, or Ethernet on an mlx5 HCA (RoCE; UCX's rc_x,
 # which KVCR requires, is mlx5-only).
 IB_LINK_LAYER = "InfiniBand"

@@ -105,9 +105,13 @@ def _report_gpu(add, gpu, topology):
         mtu = port[0]["active_mtu"] or (",".join(str(n["mtu"]) for n in hca[0]["netdevs"]) + " (netdev)")
         add(name + " mtu", "info", "%s %s" % (gpu["hca"], mtu))
         topo = gpu.get("topo_class")
-        add(name + " path", "passed" if gpu["path_class"] in ("PIX", "PXB") else "warning",
+        add(name + " path", "passed" if gpu["path_class"] in GPU_LOCAL_PATHS else "warning",
             "%s %s%s" % (gpu["ucx_net_devices"], gpu["path_class"] or "unknown", (" (topo -m %s)" % topo) if topo else ""))
 
+
+# PCIe path classes (nvidia-smi topo -m, module_utils.topology) of a GPU-local HCA: rdma_ucx warns
+# on any other, KVCR refuses it (module_utils.kvcr.hca_errors).
+GPU_LOCAL_PATHS = ("PIX", "PXB")
 
 # Values of systemd's LimitMEMLOCK that mean "unlimited".
 UNLIMITED_MEMLOCK = ("infinity", "18446744073709551615")
