@@ -60,7 +60,9 @@ class ClientLoop(threading.Thread):
     round, the workers that did not answer (unlisted or failed).
     """
 
-    def __init__(self, inv, pause=0.05):
+    # A round every ~0.3 s samples each worker many times per restart (a mocker's restart window
+    # is seconds long) at a fifth of the requests 0.05 s pauses sent: they cost CI CPU, not proof.
+    def __init__(self, inv, pause=0.25):
         super().__init__(daemon=True)
         self.inv = inv
         self.workers = inv.worker_map()
