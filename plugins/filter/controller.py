@@ -14,9 +14,6 @@ import os
 import yaml
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_controller = load("controller_collections")
 
 
 def _collection_dir(name):
@@ -55,6 +52,7 @@ def collection_requirements(name):
 def controller_collection_errors(requirements, requirer="kvshare.dynamo"):
     """Messages about the collections ``requirements`` names ({collection: specifier}) that Ansible
     does not find on this controller, or finds in a version that does not meet the specifier."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import controller_collections as _controller
     installed = {}
     for name in requirements or {}:
         path = _collection_dir(name)

@@ -7,13 +7,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_day2 = load("day2")
 
 
 def worker_restart_groups(workers, unit="worker", names=None):
     """Steps of a rolling restart (see module_utils.day2.restart_groups)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import day2 as _day2
     try:
         return _day2.restart_groups(list(workers or []), unit, None if names is None else list(names))
     except (ValueError, KeyError) as exc:
@@ -22,14 +20,17 @@ def worker_restart_groups(workers, unit="worker", names=None):
 
 def prometheus_file_sd(hostvars, groups, maru_metrics_port=0, cluster="kvshare"):
     """file_sd target groups per job (see module_utils.day2.prometheus_targets)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import day2 as _day2
     return _day2.prometheus_targets(dict(hostvars), dict(groups), maru_metrics_port, cluster=cluster)
 
 
 def stack_status_table(hosts):
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import day2 as _day2
     return _day2.status_table(list(hosts or []))
 
 
 def stack_status_summary(hosts):
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import day2 as _day2
     return _day2.status_summary(list(hosts or []))
 
 

@@ -10,17 +10,11 @@ import json
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_kv_pools = load("kv_pools")
-_maru = load("maru")
-_stack = load("stack")
-_unit_watch = load("unit_watch")
-_workers = load("workers")
 
 
 def worker_start_waves(workers):
     """Names of the workers to start together, wave by wave (same-GPU workers serialised)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     try:
         return _workers.start_waves(list(workers or []))
     except (KeyError, TypeError) as exc:
@@ -29,16 +23,19 @@ def worker_start_waves(workers):
 
 def worker_gpu_order(workers):
     """{name: {after, before}}: the neighbours of each worker in its GPU's start order."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     return _workers.gpu_order(list(workers or []))
 
 
 def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
     """Validation messages for one host's dynamo_workers (empty list when valid)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     return _workers.worker_errors(workers, host, frontend_hosts, reserved_ports)
 
 
 def kv_transfer_config(worker):
     """The worker's KV transfer config as a mapping, or None."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     try:
         return _workers.kv_transfer_config(worker)
     except ValueError as exc:
@@ -140,11 +137,14 @@ def worker_watch_units(workers, bind_address, start=False, restart=None, waves=N
 
 def unit_watch_line(report):
     """One line on a unit from dynamo_worker_unit_watch's result, for messages."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
     return _unit_watch.describe(report)
 
 
 def verify_diagnosis_units(host, hostvars, groups):
     """Pool units and workers verify.yml watches on a host when sharing is not proven."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
     hv = hostvars[host]
     host_groups = [g for g, members in (groups or {}).items() if host in members]
     return _unit_watch.diagnosis_units(host, host_groups, hv.get("dynamo_workers") or [],
@@ -153,6 +153,7 @@ def verify_diagnosis_units(host, hostvars, groups):
 
 def verify_diagnosis(results):
     """Lines on what is wrong, from the looped dynamo_worker_unit_watch results (item = host)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as _unit_watch
     lines = []
     for res in results or []:
         lines.extend(_unit_watch.diagnosis_lines(res.get("item"), res.get("units") or []))
@@ -164,6 +165,8 @@ def verify_pool_space(results):
 
     Each result's item is a failed kv_share_check result, whose own item is the pair.
     """
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import maru as _maru
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     lines = []
     for res in results or []:
         pair = (res.get("item") or {}).get("item") or {}
@@ -202,6 +205,8 @@ def format_text(value, template):
 def kv_share_pairs(hosts, hostvars, named_pairs=None, groups=None):
     """Worker pairs for verify.yml (see module_utils.workers.share_pairs); each worker as its pool
     (kv_pool) configures it, which needs ``groups``."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     host_workers = dict((host, _kv_pools.host_workers(host, hostvars, groups)) for host in hosts or [])
     try:
         return _workers.share_pairs(host_workers, named_pairs)
@@ -211,11 +216,13 @@ def kv_share_pairs(hosts, hostvars, named_pairs=None, groups=None):
 
 def worker_maru_servers(workers):
     """Sorted maru-server URLs the host's MaruKVConnector workers use."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     return sorted({url for url in (_workers.maru_server_url(w) for w in workers or []) if url})
 
 
 def worker_pool_probe(requires, maru_servers, python, local_maru=False):
     """preflight_info's paths, units and commands for the pool a host's workers require."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     try:
         return _workers.pool_probe(requires, maru_servers, python, bool(local_maru))
     except (AttributeError, KeyError, TypeError) as exc:
@@ -224,6 +231,7 @@ def worker_pool_probe(requires, maru_servers, python, local_maru=False):
 
 def worker_pool_problems(probe):
     """Why the pool the workers require is down, from preflight_info's result (empty when up)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     return _workers.pool_problems(probe)
 
 

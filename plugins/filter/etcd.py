@@ -6,10 +6,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_stack = load("stack")
-
 DOCUMENTATION = r"""
 name: etcd_client_urls
 short_description: Client URLs of the etcd members of an inventory group
@@ -43,6 +39,7 @@ def _get(hostvars_of_host, key, default=None):
 
 def etcd_client_urls(hosts, hostvars, tls=True):
     """Return the client URLs of the given etcd hosts, in inventory order."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     scheme = "https" if tls else "http"
     urls = []
     for host in hosts or []:

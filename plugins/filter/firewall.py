@@ -13,14 +13,12 @@ from __future__ import annotations
 
 
 from ansible.errors import AnsibleError, AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_fw = load("firewall")
 
 
 def role_defaults(service_defaults):
     """{variable: default} for the variables of _fw.ROLE_DEFAULT_KEYS, from the stack contract
     (kvshare_service_defaults, roles/kvshare), plus the kvcr rule this plan evaluates."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
     out = {}
     for role, keys in _fw.ROLE_DEFAULT_KEYS.items():
         for key in keys:
@@ -70,6 +68,7 @@ class _HostVarsView:
 def firewall_plan(hostvars, host, groups, options, service_defaults):
     """The firewall plan of ``host`` (see module_utils.firewall.host_plan); ``service_defaults``: the
     stack contract kvshare_service_defaults."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
     try:
         return _fw.host_plan(str(host), dict(groups), _HostVarsView(hostvars), dict(options or {}),
                              role_defaults(service_defaults))
@@ -79,14 +78,17 @@ def firewall_plan(hostvars, host, groups, options, service_defaults):
 
 def firewall_port_table(plan):
     """{"tcp/2379": [sources]} of a plan."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
     return _fw.port_table(plan)
 
 
 def firewall_ssh_lockout_error(ssh_connection, ssh_port, ssh_sources, host):
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
     return _fw.ssh_lockout_error(ssh_connection, ssh_port, ssh_sources, host)
 
 
 def firewall_local_port_range_error(proc_text, dynamic_port_range, host):
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
     return _fw.local_port_range_error(proc_text, dynamic_port_range, host)
 
 

@@ -7,13 +7,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_kv_pools = load("kv_pools")
 
 
 def kv_pool_workers(workers, host, hostvars, groups):
     """``host``'s workers, each that names a pool (kv_pool) with what the pool gives it."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     try:
         return _kv_pools.resolve_workers(host, list(workers or []), hostvars, groups)
     except _kv_pools.PoolError as exc:
@@ -22,11 +20,13 @@ def kv_pool_workers(workers, host, hostvars, groups):
 
 def kv_pool_errors(workers, host, hostvars, groups):
     """Why the pools ``host``'s workers name do not resolve, or what they set twice (empty when fine)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     return _kv_pools.pool_errors(host, workers, hostvars, groups)
 
 
 def kv_pool_clients(pool_host, hostvars, groups):
     """The workers of every host that the Maru pool on ``pool_host`` feeds."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     try:
         return _kv_pools.pool_clients(pool_host, hostvars, groups)
     except _kv_pools.PoolError as exc:
@@ -35,11 +35,13 @@ def kv_pool_clients(pool_host, hostvars, groups):
 
 def kv_pool_client_errors(clients, pool_defaults, model=None):
     """Size, per-layer chunk and instance id checks of a Maru pool's workers."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     return _kv_pools.client_errors(list(clients or []), dict(pool_defaults or {}), model)
 
 
 def maru_server_url(pool):
     """maru-server URL of a pool from its maru_pool_bind_address and maru_pool_server_port."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     try:
         return _kv_pools.maru_server_url(pool)
     except (KeyError, TypeError, ValueError) as exc:

@@ -7,15 +7,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_kvcr = load("kvcr")
-_stack = load("stack")
-_workers = load("workers")
 
 
 def kvcr_cache_owner_id(slot, slot_count, prefix):
     """Canonical cache owner id of a slot (``<prefix>/<slot as 32 hex>``)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     try:
         return _kvcr.cache_owner_id(slot, slot_count, prefix)
     except ValueError as exc:
@@ -24,6 +20,7 @@ def kvcr_cache_owner_id(slot, slot_count, prefix):
 
 def kvcr_kv_transfer_config(variant, slot, slot_count, advertise_host, options):
     """The KVCR worker's --kv-transfer-config mapping for the variant."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     try:
         return _kvcr.kv_transfer_config(variant, slot, slot_count, advertise_host, dict(options or {}))
     except (KeyError, ValueError) as exc:
@@ -32,11 +29,13 @@ def kvcr_kv_transfer_config(variant, slot, slot_count, advertise_host, options):
 
 def kvcr_worker_env(slot, slot_count, hash_seed, proto_info=False):
     """KVCR_CACHE_SLOT, KVCR_CACHE_SLOT_COUNT, PYTHONHASHSEED (and UCX_PROTO_INFO) for the worker."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.worker_env(slot, slot_count, hash_seed, proto_info)
 
 
 def kvcr_service_argv(python, options):
     """argv of ``python -m kvcr.kvcr_service``."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     try:
         return _kvcr.service_argv(python, dict(options or {}))
     except (KeyError, ValueError) as exc:
@@ -53,6 +52,7 @@ def _hostvar(hostvars, host, name, default=None):
 
 def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
     """The KVCR hosts as plain data for kvcr_deployment_errors (node, slot, KVCR worker names)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     members = []
     for host in hosts or []:
         node = _hostvar(hostvars, host, "kvcr_node_id") or _stack.host_address(hostvars, host)
@@ -69,6 +69,8 @@ def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
 def kvcr_agreement_errors(hosts, hostvars, default_worker_name="kvcr", group="kvcr"):
     """Settings that differ between the KVCR hosts (module_utils.kvcr.AGREED_SETTINGS: kvcr_* values,
     the role defaults for unset ones, and the KVCR worker's vLLM --block-size)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     host_settings = []
     for host in hosts or []:
         settings = {}
@@ -94,24 +96,28 @@ def kvcr_router_modes(hosts, hostvars):
 
 def kvcr_deployment_errors(members, settings):
     """Cross-host messages (empty list when the KVCR variant is consistent)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.deployment_errors(list(members or []), dict(settings or {}))
 
 
 def kvcr_worker_errors(worker, expected_config, variant, require_hardware=True):
     """Messages about the one KVCR worker of a host."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.worker_errors(dict(worker or {}), expected_config, variant, require_hardware)
 
 
 def kvcr_ucx_envs(gpus, plan=None, overrides=None, tls="", extra_env=None, files=None):
     """{gpu: UCX environment or None} of the KVCR worker's GPUs (plan, override, else the installed file)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.ucx_envs(list(gpus or []), plan, overrides, tls, extra_env, files)
 
 
 def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=None):
     """Why the KVCR worker's GPUs on host would not use RDMA (each message names the GPU and the host).
 
-    ``required_tls`` defaults to the module_utils' REQUIRED_UCX_TLS (read at the call: module_utils
-    load on first use)."""
+    ``required_tls`` defaults to the module_utils' REQUIRED_UCX_TLS (read at the call: filter files
+    import their module_utils inside the filter, docs/development.md)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     if required_tls is None:
         required_tls = _kvcr.REQUIRED_UCX_TLS
     return _kvcr.rdma_transport_errors(host, [str(g) for g in gpus or []], dict(envs or {}), required_tls)
@@ -120,6 +126,7 @@ def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=None):
 def kvcr_hca_errors(plan, host, gpus):
     """Why the HCA port rdma_ucx chose for each of the KVCR worker's GPUs is not GPU-local (PIX/PXB) or not
     InfiniBand/RoCE (each message names the GPU, the host and the variable that chose the port)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.hca_errors(host, [str(g) for g in gpus or []], list(plan or []))
 
 
@@ -128,6 +135,7 @@ def kvcr_memlock_errors(results, host, needs=None):
 
     ``results``: the registered loop of ``systemctl show -p LoadState -p LimitMEMLOCK <unit>`` (item =
     unit, stdout), or [{unit, show or limit}]; ``needs``: {unit: {need, what}}."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     units = []
     for result in results or []:
         unit = result.get("unit", result.get("item"))
@@ -143,6 +151,7 @@ def kvcr_memlock_errors(results, host, needs=None):
 
 def kvcr_pool_limit_error(pool_sizes_gb, guard_count, limit_gb):
     """Why the memory service's pools exceed kvcr_service_pool_limit_gb ('' when they fit)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     try:
         return _kvcr.pool_limit_error(guard_count, pool_sizes_gb, limit_gb)
     except (TypeError, ValueError) as exc:
@@ -151,16 +160,19 @@ def kvcr_pool_limit_error(pool_sizes_gb, guard_count, limit_gb):
 
 def kvcr_transport_count(log_text):
     """How often rc_mlx5 appears in a journal excerpt."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.transport_count(log_text)
 
 
 def kvcr_transport_rise_errors(counts):
     """rc_mlx5 counts {side: [before, after]} that did not rise across the resend."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.transport_rise_errors(dict((k, tuple(v)) for k, v in (counts or {}).items()))
 
 
 def kvcr_advertise_host_error(host):
     """Why host cannot be advertised to the state agent and peers ('' when it can)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.advertise_host_error(host) or ""
 
 
@@ -171,12 +183,14 @@ def _delta(before, after, key):
 
 def kvcr_rdma_errors(payload_bytes, source_before, source_after, target_before, target_after):
     """Why the source transmit / target receive deltas (kvcr_rdma_counters_info results) miss the payload."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
     return _kvcr.rdma_errors(_delta(source_before, source_after, "xmit_bytes"),
                              _delta(target_before, target_after, "rcv_bytes"), payload_bytes)
 
 
 def kvcr_guard_workers(hosts, hostvars, worker_name="kvcr"):
     """[{name: host, system_url, rpc_port}] of each host's KVCR worker (for kvcr_guard_check)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     out = []
     for host in hosts or []:
         name = _hostvar(hostvars, host, "kvcr_worker_name", worker_name)

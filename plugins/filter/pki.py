@@ -7,13 +7,11 @@
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_pki = load("pki")
 
 
 def pki_problems(spec):
     """Reasons to run the certificate tasks; empty when the certificate and key are current."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import pki as _pki
     try:
         return _pki.certificate_problems(dict(spec))
     except KeyError as exc:

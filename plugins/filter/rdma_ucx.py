@@ -7,24 +7,22 @@ plugins/module_utils/rdma_ucx.py (the reports)."""
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_rdma_ucx = load("rdma_ucx")
-_topology = load("topology")
-
 
 def rdma_ucx_gpu_plan(topology, hca_overrides):
     """The per-GPU UCX plan: the topology's GPUs with rdma_ucx_hca_overrides applied (topology.gpu_plan)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import topology as _topology
     return _topology.gpu_plan(topology, hca_overrides)
 
 
 def rdma_ucx_preflight_report(facts):
     """The preflight report [{check, status, detail}] from the probe results (rdma_ucx.preflight_report)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import rdma_ucx as _rdma_ucx
     return _rdma_ucx.preflight_report(facts)
 
 
 def rdma_ucx_verify_report(facts):
     """The verification report [{check, status, detail}] from the registered checks (rdma_ucx.verify_report)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import rdma_ucx as _rdma_ucx
     return _rdma_ucx.verify_report(facts)
 
 

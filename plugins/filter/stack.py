@@ -6,25 +6,24 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_stack = load("stack")
-
 
 def host_address(host, hostvars):
     """``host``'s address: kvshare_bind_address, else its default IPv4 fact, else ansible_host, else its name."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     return _stack.host_address(hostvars, host)
 
 
 def frontend_url(groups, hostvars, group=None):
     """``http://<address>:<port>`` of the first host of the frontend group ('' when there is none;
     ``group`` defaults to module_utils' FRONTEND_GROUP)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     return _stack.frontend_url(hostvars, groups, _stack.FRONTEND_GROUP if group is None else group)
 
 
 def frontend_group_errors(groups, group=None):
     """Why the frontend group is not one host (empty when it is; ``group`` defaults to module_utils'
     FRONTEND_GROUP)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     return _stack.frontend_group_errors(groups, _stack.FRONTEND_GROUP if group is None else group)
 
 

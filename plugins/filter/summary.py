@@ -6,11 +6,6 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_kv_pools = load("kv_pools")
-_stack = load("stack")
-
 
 def _table(rows):
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
@@ -29,6 +24,8 @@ def _pool(worker):
 
 def stack_summary(groups, hostvars, inventory=""):
     """Lines: the frontend URL, one row per worker (host, GPUs, name, engine, model, pool), next steps."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     groups = groups or {}
     url = _stack.frontend_url(hostvars, groups)
     rows = [("host", "gpus", "worker", "engine", "model", "system port", "KV pool")]

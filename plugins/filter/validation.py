@@ -7,26 +7,23 @@
 
 from __future__ import annotations
 
-from ansible_collections.kvshare.dynamo.plugins.plugin_utils.lazy_module_utils import load
-
-_kv_pools = load("kv_pools")
-_ports = load("ports")
-_stack = load("stack")
-_workers = load("workers")
-
 
 def worker_port_requests(workers, bind_address):
     """Port items for kvshare.dynamo.port_clash_check: every worker's system_port and rpc_port."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     return _workers.port_requests(list(workers or []) if isinstance(workers, list) else [], bind_address)
 
 
 def worker_cluster_errors(hosts, hostvars, groups=None):
     """Cross-host worker checks (unique maru_instance_id), on the workers as their pools (kv_pool) configure them."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     return _workers.cluster_worker_errors(dict((host, _kv_pools.host_workers(host, hostvars, groups)) for host in hosts or []))
 
 
 def worker_endpoint_errors(hosts, hostvars):
     """Workers of ``hosts`` that register different models on one Dynamo endpoint (module_utils.workers)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     host_workers, namespaces, envs = {}, {}, {}
     for host in hosts or []:
         host = str(host)
@@ -53,6 +50,7 @@ def _host_lookup(hostvars, host):
 def _role_defaults(service_defaults, host_lookup=None):
     """role -> {variable: default} for module_utils.ports from the stack contract (kvshare_service_defaults),
     with the kvcr role's state agent default evaluated for the host (on by default on slot 0)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
     try:
         slot = host_lookup("kvcr_cache_slot") if host_lookup else None
     except KeyError:
@@ -63,12 +61,14 @@ def _role_defaults(service_defaults, host_lookup=None):
 
 def service_ports(host, groups, hostvars, service_defaults):
     """The ports the collection's services listen on on ``host`` (see module_utils.ports.host_service_ports)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
     lookup = _host_lookup(hostvars, host)
     return _ports.host_service_ports(str(host), dict(groups), lookup, _role_defaults(service_defaults, lookup))[0]
 
 
 def worker_service_port_errors(workers, host, groups, hostvars, service_defaults):
     """Workers of ``host`` asking for a port another service of the host listens on (defaults included)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
     lookup = _host_lookup(hostvars, host)
     found, errors = _ports.host_service_ports(str(host), dict(groups), lookup, _role_defaults(service_defaults, lookup))
     return errors + _ports.worker_port_errors(str(host), workers, found)
@@ -76,6 +76,8 @@ def worker_service_port_errors(workers, host, groups, hostvars, service_defaults
 
 def bind_address_errors(host, hosts, hostvars):
     """``host``'s kvshare_bind_address (else its default IPv4 fact: stack.bind_address_of) shared with another host."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     addresses = {}
     for name in hosts or []:
         try:

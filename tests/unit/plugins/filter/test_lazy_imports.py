@@ -2,7 +2,7 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Listing the collection's filters imports no module_utils (plugins/plugin_utils/lazy_module_utils.py).
+"""Listing the collection's filters imports no module_utils (each filter imports its own: docs/development.md).
 
 ansible-core loads every filter file and calls its filters() in each worker process to resolve any
 one kvshare filter; a filter file that touches its module_utils there makes every task pay for the
@@ -30,7 +30,7 @@ print(json.dumps({"listed": listed, "module_utils": loaded}))
 
 def test_listing_every_filter_imports_no_module_utils():
     names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "plugins", "filter", "*.py")))
-    assert "maru_pool" in names and "day2" in names
+    assert "kv_pools" in names and "day2" in names
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(names)], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "collections")), check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -41,13 +41,14 @@ def test_listing_every_filter_imports_no_module_utils():
 
 def test_a_lazy_filter_still_works_and_raises_as_a_filter_error():
     from ansible.errors import AnsibleFilterError
-    from ansible_collections.kvshare.dynamo.plugins.filter import maru_pool
+    from ansible_collections.kvshare.dynamo.plugins.filter import kv_pools
 
-    filters = maru_pool.FilterModule().filters()
-    assert filters["maru_pool_parse_size"]("2G") == 2 * 1024 ** 3
+    filters = kv_pools.FilterModule().filters()
+    assert filters["maru_server_url"]({"maru_pool_bind_address": "127.0.30.1", "maru_pool_server_port": 5555}) \
+        == "tcp://127.0.30.1:5555"
     try:
-        filters["maru_pool_parse_size"]("two gigabytes")
+        filters["maru_server_url"]({"maru_pool_server_port": 5555})
     except AnsibleFilterError as exc:
-        assert "two gigabytes" in str(exc)
+        assert "maru_pool_bind_address" in str(exc)
     else:
-        raise AssertionError("an invalid size was accepted")
+        raise AssertionError("a pool without an address was accepted")
