@@ -33,7 +33,7 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
     return _workers.worker_errors(workers, host, frontend_hosts, reserved_ports)
 
 
-def kv_transfer_config(worker):
+def _kv_transfer_config(worker):
     """The worker's KV transfer config as a mapping, or None."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     try:
@@ -42,7 +42,7 @@ def kv_transfer_config(worker):
         raise AnsibleFilterError("kv_transfer_config of worker %s %s" % (worker.get("name"), exc)) from exc
 
 
-def systemd_quote(value):
+def _systemd_quote(value):
     """Quote one argument for an ExecStart= line (specifiers and variables escaped)."""
     text = str(value)
     text = text.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
@@ -57,7 +57,7 @@ def systemd_command(argv):
     program = argv[0]
     if not re.match(r"^/[A-Za-z0-9/._+-]+$", program):
         raise AnsibleFilterError("systemd_command: program must be an absolute plain path, got %r" % program)
-    return " ".join([program] + [systemd_quote(a) for a in argv[1:]])
+    return " ".join([program] + [_systemd_quote(a) for a in argv[1:]])
 
 
 def worker_argv(worker, python, discovery_backend="etcd"):
@@ -84,7 +84,7 @@ def worker_argv(worker, python, discovery_backend="etcd"):
         # With the pool as the only cache, the external hit rate measures the pool alone.
         if worker.get("prefix_caching") is False:
             argv += ["--no-enable-prefix-caching"]
-        cfg = kv_transfer_config(worker)
+        cfg = _kv_transfer_config(worker)
         if cfg is not None:
             argv += ["--kv-transfer-config", json.dumps(cfg, sort_keys=True, separators=(",", ":"))]
     argv += [str(a) for a in worker.get("extra_args") or []]
@@ -286,8 +286,6 @@ class FilterModule:
             "worker_start_waves": worker_start_waves,
             "worker_gpu_order": worker_gpu_order,
             "worker_errors": worker_errors,
-            "kv_transfer_config": kv_transfer_config,
-            "systemd_quote": systemd_quote,
             "systemd_command": systemd_command,
             "worker_argv": worker_argv,
             "worker_probe_targets": worker_probe_targets,

@@ -76,12 +76,6 @@ def firewall_plan(hostvars, host, groups, options, service_defaults):
         raise AnsibleFilterError(str(exc))
 
 
-def firewall_port_table(plan):
-    """{"tcp/2379": [sources]} of a plan."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
-    return _fw.port_table(plan)
-
-
 def firewall_ssh_lockout_error(ssh_connection, ssh_port, ssh_sources, host):
     from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
     return _fw.ssh_lockout_error(ssh_connection, ssh_port, ssh_sources, host)
@@ -96,7 +90,6 @@ class FilterModule(object):
     def filters(self):
         return {
             "firewall_plan": firewall_plan,
-            "firewall_port_table": firewall_port_table,
             "firewall_ssh_lockout_error": firewall_ssh_lockout_error,
             "firewall_local_port_range_error": firewall_local_port_range_error,
         }

@@ -9,15 +9,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 
-def kvcr_cache_owner_id(slot, slot_count, prefix):
-    """Canonical cache owner id of a slot (``<prefix>/<slot as 32 hex>``)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    try:
-        return _kvcr.cache_owner_id(slot, slot_count, prefix)
-    except ValueError as exc:
-        raise AnsibleFilterError(str(exc)) from exc
-
-
 def kvcr_kv_transfer_config(variant, slot, slot_count, advertise_host, options):
     """The KVCR worker's --kv-transfer-config mapping for the variant."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
@@ -25,12 +16,6 @@ def kvcr_kv_transfer_config(variant, slot, slot_count, advertise_host, options):
         return _kvcr.kv_transfer_config(variant, slot, slot_count, advertise_host, dict(options or {}))
     except (KeyError, ValueError) as exc:
         raise AnsibleFilterError("kvcr_kv_transfer_config: %s" % exc) from exc
-
-
-def kvcr_worker_env(slot, slot_count, hash_seed, proto_info=False):
-    """KVCR_CACHE_SLOT, KVCR_CACHE_SLOT_COUNT, PYTHONHASHSEED (and UCX_PROTO_INFO) for the worker."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.worker_env(slot, slot_count, hash_seed, proto_info)
 
 
 def kvcr_service_argv(python, options):
@@ -209,9 +194,7 @@ class FilterModule:
 
     def filters(self):
         return {
-            "kvcr_cache_owner_id": kvcr_cache_owner_id,
             "kvcr_kv_transfer_config": kvcr_kv_transfer_config,
-            "kvcr_worker_env": kvcr_worker_env,
             "kvcr_service_argv": kvcr_service_argv,
             "kvcr_members": kvcr_members,
             "kvcr_router_modes": kvcr_router_modes,

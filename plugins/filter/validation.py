@@ -59,13 +59,6 @@ def _role_defaults(service_defaults, host_lookup=None):
     return dict((role, defaults) for role in _ports.SERVICE_ROLES)
 
 
-def service_ports(host, groups, hostvars, service_defaults):
-    """The ports the collection's services listen on on ``host`` (see module_utils.ports.host_service_ports)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
-    lookup = _host_lookup(hostvars, host)
-    return _ports.host_service_ports(str(host), dict(groups), lookup, _role_defaults(service_defaults, lookup))[0]
-
-
 def worker_service_port_errors(workers, host, groups, hostvars, service_defaults):
     """Workers of ``host`` asking for a port another service of the host listens on (defaults included)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
@@ -97,7 +90,6 @@ class FilterModule:
             "worker_port_requests": worker_port_requests,
             "worker_cluster_errors": worker_cluster_errors,
             "worker_endpoint_errors": worker_endpoint_errors,
-            "service_ports": service_ports,
             "worker_service_port_errors": worker_service_port_errors,
             "bind_address_errors": bind_address_errors,
         }

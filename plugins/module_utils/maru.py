@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
-
 __all__ = [
     "DTYPE_BYTES",
     "MaruConfigError",
@@ -40,8 +38,6 @@ __all__ = [
     "worker_extra_config",
     "kv_transfer_config",
     "lmcache_config",
-    "port_listeners",
-    "port_clashes",
 ]
 
 _SIZE_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]?)B?$")
@@ -238,20 +234,3 @@ def lmcache_config(server_host, server_port, pool_size_gb, chunk_size=DEFAULT_KV
         "maru_pool_size": gb,
         "extra_config": extra_config,
     }
-
-
-# Port-clash detection lives in module_utils/ports.py (shared by every role's preflight); these
-# two names stay for existing callers.
-def port_listeners(ss_output, port):
-    """Parse ``ss -H -ltnp`` lines; return listeners on ``port`` as dicts (address, process, pid)."""
-    return _ports.port_listeners(ss_output, port)
-
-
-def port_clashes(ss_output, address, port, own_pids=None):
-    """Listeners that would stop a service binding ``address:port`` (and are not ``own_pids``).
-
-    A listener whose process ``ss`` cannot show (pid 0: no ptrace access to another user's process,
-    e.g. in a container without CAP_SYS_PTRACE) is taken to be ours when our service is running:
-    nothing else can hold the same address and port while it does.
-    """
-    return _ports.clashes(_ports.port_listeners(ss_output, port), address, port, own_pids)

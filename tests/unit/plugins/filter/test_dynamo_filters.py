@@ -80,9 +80,9 @@ def test_reserved_port_clash_names_the_owner():
 
 
 def test_kv_transfer_config_accepts_json_string():
-    cfg = f.kv_transfer_config({"name": "a", "kv_transfer_config": '{"kv_connector": "X", "kv_role": "kv_both"}'})
+    cfg = w.kv_transfer_config({"name": "a", "kv_transfer_config": '{"kv_connector": "X", "kv_role": "kv_both"}'})
     assert cfg == {"kv_connector": "X", "kv_role": "kv_both"}
-    assert f.kv_transfer_config({"name": "a"}) is None
+    assert w.kv_transfer_config({"name": "a"}) is None
 
 
 def _systemd_unquote(line):

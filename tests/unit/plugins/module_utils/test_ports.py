@@ -211,3 +211,45 @@ def test_validation_filter_evaluates_the_state_agent_default_per_host():
     errors = validation.worker_service_port_errors(workers, "a", groups, hostvars, contract)
     assert any("9091" in e and "kvcr_state_agent_system_port" in e for e in errors), errors
     assert validation.worker_service_port_errors(workers, "b", groups, hostvars, contract) == []
+
+
+# --- clashes read from `ss -H -ltnp` output -----------------------------------------------------
+
+SS = """\
+LISTEN 0      4096      127.0.30.1:9850       0.0.0.0:*    users:(("maru-resource-m",pid=4242,fd=3))
+LISTEN 0      100        127.0.0.1:5555       0.0.0.0:*    users:(("python3",pid=77,fd=5))
+LISTEN 0      128          0.0.0.0:22         0.0.0.0:*    users:(("sshd",pid=1,fd=3))
+LISTEN 0      128             [::]:6000          [::]:*    users:(("nc",pid=99,fd=3))
+LISTEN 0      128   127.0.10.1:9850       0.0.0.0:*
+"""
+
+
+def _ss_clashes(ss_output, address, port, own_pids=None):
+    """Clashes on ``ss -H -ltnp`` output: the listeners on ``port``, then those in the way."""
+    return ports.clashes(ports.port_listeners(ss_output, port), address, port, own_pids)
+
+
+def test_port_listeners_parses_ss():
+    found = ports.port_listeners(SS, 9850)
+    assert {"address": "127.0.30.1", "port": 9850, "process": "maru-resource-m", "pid": 4242} in found
+    assert {"address": "127.0.10.1", "port": 9850, "process": "unknown", "pid": 0} in found
+
+
+def test_port_clashes_same_address_other_process():
+    clashes = _ss_clashes(SS, "127.0.30.1", 9850)
+    assert [c["pid"] for c in clashes] == [4242]
+    assert _ss_clashes(SS, "127.0.30.1", 9850, own_pids=["4242"]) == []
+
+
+def test_port_clashes_other_address_is_fine_wildcards_are_not():
+    assert _ss_clashes(SS, "127.0.30.1", 5555) == []
+    assert [c["process"] for c in _ss_clashes(SS, "127.0.30.1", 6000)] == ["nc"]
+    assert [c["process"] for c in _ss_clashes(SS, "127.0.30.1", 22)] == ["sshd"]
+    assert len(_ss_clashes(SS, "0.0.0.0", 5555)) == 1
+
+
+def test_port_clashes_unknown_owner_is_ours_only_when_our_service_runs():
+    line = "LISTEN 0 100 127.0.30.1:5555 0.0.0.0:*\n"
+    assert len(_ss_clashes(line, "127.0.30.1", 5555)) == 1
+    assert len(_ss_clashes(line, "127.0.30.1", 5555, own_pids=["0"])) == 1
+    assert _ss_clashes(line, "127.0.30.1", 5555, own_pids=["321"]) == []
