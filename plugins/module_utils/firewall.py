@@ -47,14 +47,13 @@ import ipaddress
 import re
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+from ansible_collections.kvshare.dynamo.plugins.module_utils.ports import parse_port, parse_port_range
 
 __all__ = [
     "ROLE_DEFAULT_KEYS",
     "KVCR_STATE_AGENT_DEFAULT",
     "PERFTEST_DEFAULT_PORT",
     "FirewallError",
-    "parse_port",
-    "parse_port_range",
     "parse_sources",
     "host_plan",
     "port_table",
@@ -92,7 +91,6 @@ PROTOS = ("tcp", "udp")
 POLICIES = ("drop", "accept")
 LOOPBACK_MODES = ("interface", "localhost")
 _TABLE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,31}$")
-_RANGE_RE = re.compile(r"^\s*([0-9]+)\s*-\s*([0-9]+)\s*$")
 _COMMENT_BAD = re.compile(r"[^A-Za-z0-9 ._:/()\[\],+='-]")
 _MISSING = object()
 
@@ -102,37 +100,8 @@ class FirewallError(ValueError):
 
 
 # ---------------------------------------------------------------------------
-# small parsers
+# small parsers (parse_port and parse_port_range: module_utils/ports.py)
 # ---------------------------------------------------------------------------
-
-def parse_port(value):
-    """An int in 1-65535 (ints or digit strings; bools refused), else None."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        port = value
-    elif isinstance(value, str) and value.strip().isdigit():
-        port = int(value.strip())
-    else:
-        return None
-    return port if 1 <= port <= 65535 else None
-
-
-def parse_port_range(value):
-    """A port or "lo-hi" -> (lo, hi) with 1 <= lo <= hi <= 65535, else None."""
-    port = parse_port(value)
-    if port is not None:
-        return (port, port)
-    if not isinstance(value, str):
-        return None
-    match = _RANGE_RE.match(value)
-    if not match:
-        return None
-    lo, hi = parse_port(match.group(1)), parse_port(match.group(2))
-    if lo is None or hi is None or lo > hi:
-        return None
-    return (lo, hi)
-
 
 def parse_sources(values, variable, host):
     """A list of IPv4/IPv6 addresses or CIDRs -> ([ip_network], [errors])."""

@@ -3,7 +3,11 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Listening-port clash detection shared by every role's preflight (stdlib only).
+"""Port values and listening-port clash detection shared by every role's preflight (stdlib only;
+imports nothing from the collection: the firewall plan and the worker checks build on it).
+
+``parse_port`` and ``parse_port_range`` read a port or a "lo-hi" range as the roles' variables
+write them.
 
 A service about to bind ``address:port`` clashes with any other process already listening on the
 same port on that address or on a wildcard (0.0.0.0 / ::). The process that owns the listener is
@@ -28,9 +32,9 @@ import re
 import socket
 import struct
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils.firewall import parse_port as _port_value
-
 __all__ = [
+    "parse_port",
+    "parse_port_range",
     "WILDCARDS",
     "parse_proc_net_tcp",
     "socket_inode_pids",
@@ -48,6 +52,36 @@ __all__ = [
 
 WILDCARDS = ("*", "0.0.0.0", "::", "")
 _LISTEN = "0A"
+_RANGE_RE = re.compile(r"^\s*([0-9]+)\s*-\s*([0-9]+)\s*$")
+
+
+def parse_port(value):
+    """An int in 1-65535 (ints or digit strings; bools refused), else None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        port = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        port = int(value.strip())
+    else:
+        return None
+    return port if 1 <= port <= 65535 else None
+
+
+def parse_port_range(value):
+    """A port or "lo-hi" -> (lo, hi) with 1 <= lo <= hi <= 65535, else None."""
+    port = parse_port(value)
+    if port is not None:
+        return (port, port)
+    if not isinstance(value, str):
+        return None
+    match = _RANGE_RE.match(value)
+    if not match:
+        return None
+    lo, hi = parse_port(match.group(1)), parse_port(match.group(2))
+    if lo is None or hi is None or lo > hi:
+        return None
+    return (lo, hi)
 
 
 def _hex_ipv4(text):
@@ -286,7 +320,7 @@ def host_service_ports(host, groups, host_vars, role_defaults):
         except Exception as exc:  # a template that cannot be resolved here
             errors.append("%s on %s: cannot be resolved (%s)" % (item["variable"], host, exc))
             continue
-        port = _port_value(raw)
+        port = parse_port(raw)
         if port is not None:
             found.append({"port": port, "variable": item["variable"], "service": item["service"], "origin": origin})
     return found, errors
@@ -308,7 +342,7 @@ def worker_port_errors(host, workers, service_ports):
             continue
         name = worker.get("name") if isinstance(worker.get("name"), str) and worker.get("name") else pos
         for key in ("system_port", "rpc_port"):
-            port = _port_value(worker.get(key))
+            port = parse_port(worker.get(key))
             if port in taken:
                 item = taken[port]
                 errors.append("dynamo_workers[%s].%s on %s: %d is the port %s listens on here (%s, %s); "

@@ -297,12 +297,6 @@ def test_local_port_range(proc, configured, needle):
     assert (needle in message and message) if needle else message == ""
 
 
-def test_parsers():
-    assert fw.parse_port(True) is None and fw.parse_port("22") == 22 and fw.parse_port(0) is None
-    assert fw.parse_port_range(" 1 - 2 ") == (1, 2) and fw.parse_port_range(80) == (80, 80)
-    assert fw.parse_port_range("2-1") is None and fw.parse_port_range(None) is None
-
-
 def test_service_roles_read_their_defaults_from_the_contract():
     """Each service variable is defined once, in roles/kvshare; its role's default reads that entry,
     and the kvcr state agent rule is the one the plan evaluates."""

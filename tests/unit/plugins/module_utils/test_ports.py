@@ -37,6 +37,12 @@ def fake_proc(tmp_path, procs):
     return str(root)
 
 
+def test_port_parsers():
+    assert ports.parse_port(True) is None and ports.parse_port("22") == 22 and ports.parse_port(0) is None
+    assert ports.parse_port_range(" 1 - 2 ") == (1, 2) and ports.parse_port_range(80) == (80, 80)
+    assert ports.parse_port_range("2-1") is None and ports.parse_port_range(None) is None
+
+
 def test_parse_proc_net_tcp_listen_only_and_addresses():
     rows = ports.parse_proc_net_tcp(TCP)
     assert rows == [
