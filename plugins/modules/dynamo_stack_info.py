@@ -77,6 +77,13 @@ frontend_error:
   description: Why the frontend's instance list could not be read, or null.
   type: str
   returned: always
+problems:
+  description:
+    - What is not healthy on this host, one sentence each, empty when all is well; a unit whose
+      state is not C(active), a worker that is not ready (with the reason).
+  type: list
+  elements: str
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -136,6 +143,15 @@ def worker_status(worker, instances, frontend_error, timeout):
     return entry
 
 
+def problems(units, workers):
+    """What is not healthy: units not active, workers not ready (a worker's unit once)."""
+    out = ["%s is %s" % (u["unit"], u["state"]) for u in units if u["state"] != "active"]
+    for w in workers:
+        if not w["ready"]:
+            out.append("worker %s is not ready%s" % (w["name"], ": %s" % w["error"] if w["error"] else ""))
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -160,7 +176,8 @@ def main():
     state = dict((u["unit"], u["state"]) for u in units)
     for w in workers:
         w["unit_state"] = state.get(w["unit"], "")
-    module.exit_json(changed=False, units=units, workers=workers, frontend_error=frontend_error)
+    module.exit_json(changed=False, units=units, workers=workers, frontend_error=frontend_error,
+                     problems=problems(units, workers))
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""status.yml (table + JSON) and the Prometheus file_sd targets, scraped for real."""
+"""status.yml (table + JSON; a stopped worker fails it) and the Prometheus file_sd targets, scraped for real."""
 import json
 import os
 import re
 import ssl
+import time
 import urllib.request
 
 import d2lib as D
@@ -42,6 +43,32 @@ def test_status_table_and_json(stack, record):
     res, dummy = D.playbook("playbooks/status.yml", "-e", "status_format=json", log="status-json")
     D.must(res, "status.yml -e status_format=json")
     assert '"workers_ready": %d' % len(workers) in res.stdout
+    assert os.stat(report).st_mode & 0o777 == 0o600
+
+
+def test_status_fails_on_a_stopped_worker(stack, record):
+    """One worker stopped: status.yml still prints the table and writes the report, then exits
+    non-zero naming the worker; the worker is started again."""
+    key = sorted(stack.worker_map())[0]
+    host, worker = stack.worker_map()[key]
+    unit = "dynamo-worker@%s.service" % worker["name"]
+    report = os.path.join(D.DAY2_DIR, "status-stopped.json")
+    D.sh(host, "systemctl stop %s" % unit)
+    try:
+        res, took = D.playbook("playbooks/status.yml", "-e", "status_report=%s" % report, log="status-worker-stopped")
+    finally:
+        D.sh(host, "systemctl start %s" % unit)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0, out[-3000:]
+    failure = re.search(r"The stack is not healthy: (.*)", out)
+    assert failure and "%s: %s is inactive" % (host, unit) in failure.group(1), out[-3000:]
+    assert re.search(r"%s\s+%s\s+inactive" % (host, re.escape(unit)), out), out[-3000:]
+    with open(report) as fh:
+        doc = json.load(fh)
+    assert not doc["summary"]["healthy"] and "%s: %s is inactive" % (host, unit) in doc["problems"], doc["problems"]
+    t0 = time.monotonic()
+    stack.wait_all_serving(only=[key])
+    record.update({"status_seconds": round(took, 1), "serving_again_seconds": round(time.monotonic() - t0, 1)})
 
 
 def _get(url, context=None):

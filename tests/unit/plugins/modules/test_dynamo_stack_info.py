@@ -85,3 +85,15 @@ def test_main_is_read_only(sites, capsys):
             dss.main()
     out = json.loads(capsys.readouterr().out)
     assert out["changed"] is False and out["workers"][0]["ready"] and out["workers"][0]["gpu"] == "0"
+    assert out["problems"] == []
+
+
+def test_problems_name_every_unit_not_active_and_every_worker_not_ready():
+    units = [{"unit": "etcd.service", "state": "active"}, {"unit": "dynamo-worker@a.service", "state": "inactive"},
+             {"unit": "maru-server.service", "state": "not-found"}]
+    workers = [{"name": "a", "ready": False, "error": "worker /metrics at http://h:1: connection refused"},
+               {"name": "b", "ready": True, "error": None}, {"name": "c", "ready": False, "error": None}]
+    assert dss.problems(units, workers) == [
+        "dynamo-worker@a.service is inactive", "maru-server.service is not-found",
+        "worker a is not ready: worker /metrics at http://h:1: connection refused", "worker c is not ready"]
+    assert dss.problems([{"unit": "etcd.service", "state": "active"}], [{"name": "b", "ready": True, "error": None}]) == []
