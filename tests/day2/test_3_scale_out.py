@@ -39,7 +39,8 @@ def test_scale_out_worker_and_host(stack, record):
                        "site_s": round(took, 1)})
     finally:
         # Back to three hosts: sb4 removed (its worker stopped first), mock-e pruned by site.yml.
-        D.playbook("playbooks/teardown.yml", "--limit", "sb4", log="scale-out-teardown-sb4")
+        D.playbook("playbooks/teardown.yml", "--limit", "sb4", "-e", "teardown_skip_confirmation=true",
+                   log="scale-out-teardown-sb4")
         D.playbook("sandbox/destroy.yml", "--limit", "sb4", log="scale-out-destroy-sb4")
         D.make_copy()
         res, dummy = D.playbook("site.yml", log="scale-out-back")

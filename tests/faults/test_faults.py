@@ -432,7 +432,8 @@ def test_fault_10_teardown_then_rollout(stack, record):
     F.verify()
     with open(os.environ["KVSHARE_VERIFY_REPORT"]) as handle:
         verdicts_before = [(p["host_a"], p["host_b"], p["pool"], p["verdict"]) for p in json.load(handle)["pairs"]]
-    res, dummy = F.playbook("playbooks/teardown.yml", "-e", "teardown_etcd=true")
+    res, dummy = F.playbook("playbooks/teardown.yml", "-e", "teardown_etcd=true",
+                            "-e", "teardown_skip_confirmation=true")
     assert res.returncode == 0, res.stdout[-4000:]
     for h, w in F.workers():
         assert F.unit_state(h, "dynamo-worker@%s" % w["name"]) in F.STOPPED

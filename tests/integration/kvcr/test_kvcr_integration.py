@@ -108,7 +108,7 @@ def test_memory_service_variant_on_cpu():
         assert re.search(r"kvh2\s+kvcr-service\.service\s+active", status), status[-3000:]
         ok(playbook(os.path.join(pb, "verify.yml")))
 
-        ok(playbook(os.path.join(pb, "teardown.yml")))
+        ok(playbook(os.path.join(pb, "teardown.yml"), "-e", "teardown_skip_confirmation=true"))
         ok(playbook(os.path.join(HERE, "after_teardown.yml")))
     finally:
         # KVH_KVCR_KEEP=1 keeps the hosts (rerun single playbooks against them while debugging).
