@@ -117,5 +117,3 @@ def test_drift_runs_only_what_drifted_then_nothing():
     assert res.returncode == 0 and doc is not None, res.stdout[-3000:] + res.stderr[-2000:]
     assert changed(doc) == {}
     assert {role: hosts for role, hosts in body_runs(doc).items() if hosts} == {}
-
-
