@@ -326,7 +326,7 @@ def tags_doc():
     dynamic = model.only_dynamic()
     out = ["# Tags", "", GENERATED.format(source="the task files of roles/ and playbooks/"), "",
            "Run part of a playbook with `--tags` / `--skip-tags`, for example",
-           "`ansible-playbook -i inventories/mycluster site.yml --tags dynamo_worker`. `site.yml` and",
+           "`ansible-playbook -i ~/kvshare/mycluster kvshare.dynamo.site --tags dynamo_worker`. `site.yml` and",
            "`verify.yml` at the repository root import `playbooks/site.yml` and `playbooks/verify.yml`.", "",
            "`always` marks what runs whatever `--tags` selects (the inventory validation, each role's",
            "argument validation, its fast re-run comparison and record, the include of its body, the",
