@@ -30,7 +30,7 @@ import signal
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
-from ansible_collections.kvshare.dynamo.plugins.module_utils.rdma_ucx import GPU_LOCAL_PATHS
+from ansible_collections.kvshare.dynamo.plugins.module_utils.rdma_ucx import GPU_LOCAL_PATHS, UNLIMITED_MEMLOCK
 
 VARIANTS = ("process_local", "memory_service")
 CACHE_OWNER_RE = re.compile(r"^[0-9a-f]{32}:[0-9a-f]{32}/[0-9a-f]{16}/[0-9a-f]{32}$")
@@ -532,8 +532,6 @@ def hca_errors(host, gpus, plan):
     return errors
 
 
-# systemd's LimitMEMLOCK for "unlimited", as unit files and `systemctl show` write it.
-UNLIMITED_MEMLOCK = ("infinity", "unlimited", "18446744073709551615")
 _SIZE_RE = re.compile(r"^\s*([0-9]+)\s*([KMGTPE]?)i?B?\s*$", re.IGNORECASE)
 
 

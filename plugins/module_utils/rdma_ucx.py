@@ -113,8 +113,9 @@ def _report_gpu(add, gpu, topology):
 # on any other, KVCR refuses it (module_utils.kvcr.hca_errors).
 GPU_LOCAL_PATHS = ("PIX", "PXB")
 
-# Values of systemd's LimitMEMLOCK that mean "unlimited".
-UNLIMITED_MEMLOCK = ("infinity", "18446744073709551615")
+# LimitMEMLOCK values that mean "unlimited": systemd's spellings (unit files, `systemctl show`) and
+# ulimit's, which operators also write in the inventory (module_utils.kvcr reads it too).
+UNLIMITED_MEMLOCK = ("infinity", "unlimited", "18446744073709551615")
 
 
 def verify_report(facts):
