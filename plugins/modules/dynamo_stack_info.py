@@ -144,7 +144,7 @@ def worker_status(worker, instances, frontend_error, timeout):
 
 
 def problems(units, workers):
-    """What is not healthy: units not active, workers not ready (a worker's unit once)."""
+    """What is not healthy: units not active, workers not ready (a stopped worker is named by both)."""
     out = ["%s is %s" % (u["unit"], u["state"]) for u in units if u["state"] != "active"]
     for w in workers:
         if not w["ready"]:
