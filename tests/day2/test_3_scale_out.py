@@ -3,6 +3,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Scale-out: a worker and a host added to the inventory; site.yml starts only the new ones."""
+import json
+
 import d2lib as D
 from lib.sandbox_copy import mocker
 
@@ -16,16 +18,26 @@ def _untouched(before_units, before_ids, inv):
     return after_ids
 
 
+def _members(host):
+    """The etcd cluster's member names, as `host`'s member lists them."""
+    return sorted(m.get("name", "") for m in json.loads(D.etcdctl(host, "member list -w json"))["members"])
+
+
 def test_scale_out_worker_and_host(stack, record):
     """One site.yml run after two inventory changes an operator makes together: a worker added on an
-    existing host (sb3, a third GPU) and a new host (sb4) with one worker. The run starts exactly
-    the two new workers; every running worker keeps its unit (PID, start time) and instance id.
-    (Once, not one run per change: each run is a whole site.yml on every host, as the inventory
-    changed, and CI's time is the budget.)"""
+    existing host (sb3, a third GPU) and a new host (sb4) with one worker that is also a new etcd
+    member. The run starts exactly the two new workers and adds the member; every running worker
+    keeps its unit (PID, start time) and instance id. (Once, not one run per change: each run is a
+    whole site.yml on every host, as the inventory changed, and CI's time is the budget.)
+    Then the way back, as docs/day2.md tells an operator: playbooks/remove_host.yml drains sb4's
+    worker and takes its member out of etcd, the host goes, and site.yml on the base inventory
+    (here only the etcd client proxies and the workers: that is all the copy's base inventory
+    changes) prunes mock-e from sb3. Every other worker keeps serving, unrestarted."""
     inv = D.Inv()
     before_units, before_ids = D.worker_units(inv), inv.wait_all_serving()
+    members = _members("sb1")
     try:
-        D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]}, extra_hosts=1)
+        D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]}, extra_hosts=1, extra_etcd=True)
         inv = D.Inv()
         res, dummy = D.playbook("sandbox/create.yml", "--limit", "sb4", log="scale-out-create-sb4")
         D.must(res, "sandbox/create.yml --limit sb4")
@@ -34,17 +46,33 @@ def test_scale_out_worker_and_host(stack, record):
         after = _untouched(before_units, before_ids, inv)
         assert {"sb3/mock-e", "sb4/mock-e"} <= set(after), sorted(after)
         assert set(after) == set(before_ids) | {"sb3/mock-e", "sb4/mock-e"}, sorted(after)
+        assert _members("sb1") == sorted(members + ["sb4"]), _members("sb1")
         record.update({"kept": {k: str(v) for k, v in before_ids.items()},
                        "new": {k: str(after[k]) for k in ("sb3/mock-e", "sb4/mock-e")},
                        "site_s": round(took, 1)})
+        # The way back. sb4's worker drained, its member out of the cluster, the rest untouched.
+        res, took = D.playbook("playbooks/remove_host.yml", "-e", "remove_host=sb4", "-e", "remove_host_skip_confirmation=true",
+                               log="scale-out-remove-sb4")
+        D.must(res, "playbooks/remove_host.yml -e remove_host=sb4")
+        record["remove_host_s"] = round(took, 1)
+        assert _members("sb1") == members, _members("sb1")
+        assert D.sh("sb4", "systemctl is-active etcd dynamo-worker@mock-e etcd-client-proxy", check=False).split() \
+            == ["inactive"] * 3
+        assert D.sh("sb4", "ls -d /var/lib/etcd/*.removed-*", check=False).strip(), "the member's data dir was not kept aside"
     finally:
-        # Back to three hosts: sb4 removed (its worker stopped first), mock-e pruned by site.yml.
-        D.playbook("playbooks/teardown.yml", "--limit", "sb4", "-e", "teardown_skip_confirmation=true",
-                   log="scale-out-teardown-sb4")
+        if "remove_host_s" not in record:  # failed before: sb4 must not stay an etcd member
+            D.playbook("playbooks/remove_host.yml", "-e", "remove_host=sb4", "-e", "remove_host_skip_confirmation=true",
+                       log="scale-out-remove-sb4-cleanup")
         D.playbook("sandbox/destroy.yml", "--limit", "sb4", log="scale-out-destroy-sb4")
         D.make_copy()
-        res, dummy = D.playbook("site.yml", log="scale-out-back")
-        D.must(res, "site.yml (back to the base inventory)")
+    res, took = D.playbook("site.yml", "--tags", "etcd_client,dynamo_worker", log="scale-out-back")
+    D.must(res, "site.yml --tags etcd_client,dynamo_worker (back to the base inventory)")
+    record["back_s"] = round(took, 1)
     inv = D.Inv()
+    _untouched(before_units, before_ids, inv)
     assert set(inv.wait_all_serving()) == set(inv.worker_map())
-    assert "mock-e" not in D.sh("sb3", "ls /etc/dynamo/workers")
+    config_dir = inv.hostvars["sb3"].get("dynamo_runtime_config_dir", "/etc/dynamo")
+    assert "mock-e" not in D.sh("sb3", "ls %s/workers" % config_dir)
+    assert _members("sb1") == members
+    res, dummy = D.playbook("verify.yml", log="scale-out-verify")
+    D.must(res, "verify.yml after remove_host.yml and the base inventory's site.yml")

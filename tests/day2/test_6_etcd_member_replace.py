@@ -8,6 +8,7 @@ that bootstrapped it as "new" would start a second one-member cluster (another c
 this test fails on the member list, the cluster ID or the keys."""
 import json
 import re
+import time
 
 import d2lib as D
 
@@ -60,3 +61,36 @@ def test_lost_member_rejoins_as_existing(stack, record):
     assert health.count("is healthy") == len(members), health
     assert set(inv.wait_all_serving(timeout=180)) == set(inv.worker_map())
     record.update({"replaced": lost_name[0], "etcd_yml_s": round(took, 1)})
+
+
+def test_removal_that_would_lose_quorum_is_refused(stack, record):
+    """playbooks/remove_host.yml refuses, before the host changes, to take a member out of a
+    three-member cluster whose other two are one healthy, one down: the two left would have no
+    quorum. The host keeps its workers (same PID, start time) and its member; etcd's own refusal
+    would come later, after the drain."""
+    inv = D.Inv()
+    members = inv.group("etcd")
+    target, down, other = members[-1], members[1], members[0]
+    before = D.worker_units(inv)
+    D.sh(down, "systemctl stop etcd")
+    try:
+        res, took = D.playbook("playbooks/remove_host.yml", "-e", "remove_host=%s" % target,
+                               "-e", "remove_host_skip_confirmation=true", log="remove-host-quorum")
+    finally:
+        D.sh(down, "systemctl start etcd")
+    out = " ".join(res.stdout.split())
+    assert res.returncode != 0, res.stdout[-3000:]
+    assert ("remove_host: removing the etcd member %s would leave 2 member(s) of which 1 healthy; they need 2 for quorum"
+            % target) in out, res.stdout[-3000:]
+    assert "(unhealthy: %s)" % down in out, res.stdout[-3000:]
+    assert D.worker_units(inv) == before
+    assert sorted(_members(other)) == sorted(members)
+    assert D.sh(target, "systemctl is-active etcd").strip() == "active"
+    deadline = time.monotonic() + 60
+    while True:  # the stopped member back, healthy (polled: etcd answers within seconds)
+        health = D.sh(other, "set -a; . /etc/etcd/etcdctl.env; set +a; etcdctl endpoint health --cluster 2>&1", check=False)
+        if health.count("is healthy") == len(members) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert health.count("is healthy") == len(members), health
+    record.update({"refused_s": round(took, 1)})

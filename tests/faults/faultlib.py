@@ -56,6 +56,12 @@ POLL = 0.5
 STOPPED = ("inactive", "failed", "unknown")
 
 
+def config_dir(name):
+    """Where the host keeps the Dynamo units' files: the inventory's dynamo_runtime_config_dir (the
+    day-2 copy sets one), else the role default."""
+    return HOSTVARS[name].get("dynamo_runtime_config_dir", "/etc/dynamo")
+
+
 def sh(name, cmd):
     return host(name).check_output(cmd)
 

@@ -40,7 +40,12 @@ POOL_VARS = ("dynamo_worker_requires", "dynamo_worker_read_write_paths", "sandbo
 FAULTS_DIR = os.environ.get("KVSHARE_FAULTS_DIR", "/var/tmp/kvshare-sandbox-f")
 FAULTS = {"subnet": "127.0.11.", "prefix": "kvshare-f-"}
 DAY2_DIR = os.environ.get("KVSHARE_DAY2_DIR", "/var/tmp/kvshare-sandbox-d")
-DAY2 = {"subnet": "127.0.12.", "prefix": "kvshare-d-", "mockers_only": True}
+# spare_sans: the day-2 suite adds a host (scale-out) and removes it again. config_dir: the copy
+# keeps the Dynamo units' files elsewhere than the default /etc/dynamo, so that its playbooks
+# (teardown.yml and remove_host.yml among them, in the day-2 and fault cases of CI's mocker lane)
+# prove they follow an inventory's dynamo_runtime_config_dir.
+DAY2 = {"subnet": "127.0.12.", "prefix": "kvshare-d-", "mockers_only": True, "spare_sans": 1,
+        "config_dir": "/etc/dynamo-d2"}
 DAY2_PINS = {v: os.path.join(REPO, "tests", "day2", "pins", "dynamo-%s.yml" % v) for v in ("1.6.0", "1.6.1")}
 DAY2_VERSION = "1.6.1"
 # bench/bench.py's scaling copy: mockers only, 3 + N hosts (127.0.13.N is the KVCR test's).
@@ -88,15 +93,22 @@ def _replace(path, old, new):
 
 
 def make_copy(base, subnet, prefix, mockers_only=False, extra_hosts=0, extra_workers=None, mocker_args=(),
-              wheelhouse=None, pip_steps=None):
+              wheelhouse=None, pip_steps=None, extra_etcd=False, spare_sans=0, config_dir=None):
     """Write the copy under base/inventory (replacing an older one) and return its path.
 
     mockers_only: mocker workers only, no KV pool (see the module's docstring).
     extra_hosts: that many worker hosts more (sb4, sb5, ... on <subnet>4, ...), one mocker each.
+    extra_etcd: the extra hosts are etcd members too.
     extra_workers: {host: [worker, ...]} appended to that host's dynamo_workers (scale-out).
     mocker_args: appended to the extra_args of every mocker of the copy (e.g. ["--startup-time", "2"]).
     wheelhouse: the hosts' wheelhouse on this machine (default: the main sandbox's).
     pip_steps: dynamo_runtime_pip_steps of the copy (and nothing removed after them).
+    config_dir: dynamo_runtime_config_dir of the copy's Dynamo hosts (default: the role's).
+    spare_sans: the etcd member certificates also name the addresses of that many hosts after the
+      base ones (sb4, ...), whether or not the copy has them, so that adding or removing such a
+      host changes no member certificate (no etcd restarts). A sandbox artefact: here every host's
+      etcd client proxy listens on its own address, which the member certificates must name; a
+      real host's proxy listens on 127.0.0.1, always named.
     """
     assert subnet != SANDBOX_SUBNET, "a copy needs addresses of its own"
     dest = os.path.join(base, "inventory")
@@ -115,6 +127,7 @@ def make_copy(base, subnet, prefix, mockers_only=False, extra_hosts=0, extra_wor
     # an address added later must not point a copy at the main sandbox).
     for name in os.listdir(hv):
         _replace(os.path.join(hv, name), SANDBOX_SUBNET, subnet)
+    base_hosts = len(sandbox_hosts)
     if mockers_only or extra_hosts:
         if mockers_only:
             groups["maru_pool"]["hosts"] = {}
@@ -124,6 +137,8 @@ def make_copy(base, subnet, prefix, mockers_only=False, extra_hosts=0, extra_wor
             assert name not in sandbox_hosts, name
             sandbox_hosts[name] = {"kvshare_bind_address": subnet + str(number)}
             groups["dynamo"]["children"]["dynamo_workers"]["hosts"][name] = None
+            if extra_etcd:
+                groups["etcd"]["hosts"][name] = None
             _write(os.path.join(hv, name + ".yml"), {"dynamo_workers": [mocker("mock-e", "0", 1)]})
         _write(hosts, inv)
     else:
@@ -135,7 +150,9 @@ def make_copy(base, subnet, prefix, mockers_only=False, extra_hosts=0, extra_wor
         "etcd_pki_dir": base + "/pki/{{ etcd_cluster_name | default('kvshare') }}",
         "etcd_client_pki_dir": base + "/pki/{{ etcd_client_cluster_name | default('kvshare') }}",
         # The etcd client proxies listen on the copy's addresses (see inventories/sandbox).
-        "etcd_cert_extra_sans": ["IP:" + h["kvshare_bind_address"] for h in sandbox_hosts.values()],
+        "etcd_cert_extra_sans": sorted(set(["IP:" + h["kvshare_bind_address"] for h in sandbox_hosts.values()]
+                                           + ["IP:%s%d" % (subnet, n) for n in range(1, base_hosts + spare_sans + 1)]),
+                                       key=lambda san: int(san.rsplit(".", 1)[1])),
     })
     sandbox_vars = {"sandbox_container_name": prefix + "{{ inventory_hostname }}", "sandbox_fsdax_dir": base + "/fakecxl"}
     if wheelhouse:
@@ -147,6 +164,8 @@ def make_copy(base, subnet, prefix, mockers_only=False, extra_hosts=0, extra_wor
     _update(os.path.join(gv, "sandbox.yml"), sandbox_vars)
     if pip_steps is not None:
         _update(os.path.join(gv, "dynamo.yml"), {"dynamo_runtime_pip_steps": pip_steps, "dynamo_runtime_pip_remove": []})
+    if config_dir:
+        _update(os.path.join(gv, "dynamo.yml"), {"dynamo_runtime_config_dir": config_dir})
     if mockers_only:
         # sb2: two mockers on one GPU (a GPU group: they start one after the other) instead of vLLM,
         # and no vLLM on sb3: mockers need no KV pool, so the copy has none (maru_pool emptied above).

@@ -65,25 +65,28 @@ def test_teardown_asks_and_stops_before_any_change_without_an_answer(tmp_path):
     assert "UNREACHABLE" in out, out[-4000:]
 
 
-def test_every_teardown_caller_skips_the_confirmation():
-    """A test, benchmark or CI script that runs teardown.yml passes teardown_skip_confirmation=true
-    in the same call (else it stops at the question, or hangs on a terminal)."""
+@pytest.mark.parametrize("playbook,skip", [("teardown.yml", "teardown_skip_confirmation=true"),
+                                           ("remove_host.yml", "remove_host_skip_confirmation=true")])
+def test_every_caller_skips_the_confirmation(playbook, skip):
+    """A test, benchmark or CI script that runs teardown.yml or remove_host.yml passes the playbook's
+    skip variable in the same call (else it stops at the question, or hangs on a terminal)."""
     callers = []
+    name = re.escape(playbook)
     python_call = re.compile(r"playbook\((?:[^()]|\([^()]*\))*\)")
-    shell_call = re.compile(r"ansible-playbook[^\n]*\bteardown\.yml[^\n]*")
+    shell_call = re.compile(r"ansible-playbook[^\n]*\b%s[^\n]*" % name)
     for tree in CALLER_TREES:
         for root, dirs, files in os.walk(os.path.join(render_lib.REPO, tree)):
             dirs[:] = [d for d in dirs if d not in ("__pycache__", "fixtures")]
-            for name in files:
-                path = os.path.join(root, name)
-                if not name.endswith((".py", ".sh", ".yml", ".cfg")) and not os.access(path, os.X_OK):
+            for fname in files:
+                path = os.path.join(root, fname)
+                if not fname.endswith((".py", ".sh", ".yml", ".cfg")) and not os.access(path, os.X_OK):
                     continue
                 with open(path, errors="replace") as fh:
                     text = fh.read()
-                for call in [c for c in python_call.findall(text) if re.search(r"\bteardown\.yml", c)] + shell_call.findall(text):
+                for call in [c for c in python_call.findall(text) if re.search(r"\b%s" % name, c)] + shell_call.findall(text):
                     callers.append((os.path.relpath(path, render_lib.REPO), call))
-    assert len(callers) >= 4, "the scan found too few callers of teardown.yml (it is broken): %s" % callers
-    missing = [(path, call) for path, call in callers if "teardown_skip_confirmation=true" not in call]
+    assert len(callers) >= 3, "the scan found too few callers of %s (it is broken): %s" % (playbook, callers)
+    missing = [(path, call) for path, call in callers if skip not in call]
     assert not missing, missing
 
 
