@@ -251,7 +251,7 @@ def test_fault_06_rollout_interrupted(stack, record):
     assert any("Start and watch on their host" in line for line in seen), "".join(seen)[-3000:]
     recover(record, "site.yml")
     for h in F.group("dynamo_workers"):
-        assert "KVSHARE_FAULT_ROLLOUT" not in F.sh(h, "cat /etc/dynamo/workers/*.env")
+        assert "KVSHARE_FAULT_ROLLOUT" not in F.sh(h, "cat %s/workers/*.env" % F.config_dir(h))
     F.wait_for(lambda: len(F.generate_instances()) == len(list(F.workers())), timeout=120, interval=F.POLL,
                what="no stale registrations")
     finish(stack, record)
