@@ -11,18 +11,18 @@ from ansible.errors import AnsibleFilterError
 
 def kvcr_kv_transfer_config(variant, slot, slot_count, advertise_host, options):
     """The KVCR worker's --kv-transfer-config mapping for the variant."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config as _kvcr_config
     try:
-        return _kvcr.kv_transfer_config(variant, slot, slot_count, advertise_host, dict(options or {}))
+        return _kvcr_config.kv_transfer_config(variant, slot, slot_count, advertise_host, dict(options or {}))
     except (KeyError, ValueError) as exc:
         raise AnsibleFilterError("kvcr_kv_transfer_config: %s" % exc) from exc
 
 
 def kvcr_service_argv(python, options):
     """argv of ``python -m kvcr.kvcr_service``."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config as _kvcr_config
     try:
-        return _kvcr.service_argv(python, dict(options or {}))
+        return _kvcr_config.service_argv(python, dict(options or {}))
     except (KeyError, ValueError) as exc:
         raise AnsibleFilterError("kvcr_service_argv: %s" % exc) from exc
 
@@ -52,16 +52,17 @@ def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
 
 
 def kvcr_agreement_errors(hosts, hostvars, default_worker_name="kvcr", group="kvcr"):
-    """Settings that differ between the KVCR hosts (module_utils.kvcr.AGREED_SETTINGS: kvcr_* values,
+    """Settings that differ between the KVCR hosts (module_utils.kvcr_checks.AGREED_SETTINGS: kvcr_* values,
     the role defaults for unset ones, and the KVCR worker's vLLM --block-size)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_checks as _kvcr_checks
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config as _kvcr_config
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
     host_settings = []
     for host in hosts or []:
         settings = {}
-        for key, dummy in _kvcr.AGREED_SETTINGS:
-            if key in _kvcr.HOST_DEFAULTS:
-                settings[key] = _hostvar(hostvars, host, key, _kvcr.HOST_DEFAULTS[key])
+        for key, dummy in _kvcr_checks.AGREED_SETTINGS:
+            if key in _kvcr_config.HOST_DEFAULTS:
+                settings[key] = _hostvar(hostvars, host, key, _kvcr_config.HOST_DEFAULTS[key])
         name = _hostvar(hostvars, host, "kvcr_worker_name", default_worker_name)
         workers = _hostvar(hostvars, host, "dynamo_workers", [])
         for worker in workers if isinstance(workers, list) else []:
@@ -71,7 +72,7 @@ def kvcr_agreement_errors(hosts, hostvars, default_worker_name="kvcr", group="kv
                 except ValueError:
                     settings["--block-size"] = _workers.arg_value(worker.get("extra_args"), "--block-size")
         host_settings.append((str(host), settings))
-    return _kvcr.agreement_errors(host_settings, group)
+    return _kvcr_checks.agreement_errors(host_settings, group)
 
 
 def kvcr_router_modes(hosts, hostvars):
@@ -81,20 +82,20 @@ def kvcr_router_modes(hosts, hostvars):
 
 def kvcr_deployment_errors(members, settings):
     """Cross-host messages (empty list when the KVCR variant is consistent)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.deployment_errors(list(members or []), dict(settings or {}))
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_checks as _kvcr_checks
+    return _kvcr_checks.deployment_errors(list(members or []), dict(settings or {}))
 
 
 def kvcr_worker_errors(worker, expected_config, variant, require_hardware=True):
     """Messages about the one KVCR worker of a host."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.worker_errors(dict(worker or {}), expected_config, variant, require_hardware)
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_checks as _kvcr_checks
+    return _kvcr_checks.worker_errors(dict(worker or {}), expected_config, variant, require_hardware)
 
 
 def kvcr_ucx_envs(gpus, plan=None, overrides=None, tls="", extra_env=None, files=None):
     """{gpu: UCX environment or None} of the KVCR worker's GPUs (plan, override, else the installed file)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.ucx_envs(list(gpus or []), plan, overrides, tls, extra_env, files)
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_transport as _kvcr_transport
+    return _kvcr_transport.ucx_envs(list(gpus or []), plan, overrides, tls, extra_env, files)
 
 
 def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=None):
@@ -102,17 +103,17 @@ def kvcr_rdma_transport_errors(envs, host, gpus, required_tls=None):
 
     ``required_tls`` defaults to the module_utils' REQUIRED_UCX_TLS (read at the call: filter files
     import their module_utils inside the filter, docs/development.md)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_transport as _kvcr_transport
     if required_tls is None:
-        required_tls = _kvcr.REQUIRED_UCX_TLS
-    return _kvcr.rdma_transport_errors(host, [str(g) for g in gpus or []], dict(envs or {}), required_tls)
+        required_tls = _kvcr_transport.REQUIRED_UCX_TLS
+    return _kvcr_transport.rdma_transport_errors(host, [str(g) for g in gpus or []], dict(envs or {}), required_tls)
 
 
 def kvcr_hca_errors(plan, host, gpus):
     """Why the HCA port rdma_ucx chose for each of the KVCR worker's GPUs is not GPU-local (PIX/PXB) or not
     InfiniBand/RoCE (each message names the GPU, the host and the variable that chose the port)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.hca_errors(host, [str(g) for g in gpus or []], list(plan or []))
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_transport as _kvcr_transport
+    return _kvcr_transport.hca_errors(host, [str(g) for g in gpus or []], list(plan or []))
 
 
 def kvcr_memlock_errors(results, host, needs=None):
@@ -120,7 +121,7 @@ def kvcr_memlock_errors(results, host, needs=None):
 
     ``results``: the registered loop of ``systemctl show -p LoadState -p LimitMEMLOCK <unit>`` (item =
     unit, stdout), or [{unit, show or limit}]; ``needs``: {unit: {need, what}}."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_transport as _kvcr_transport
     units = []
     for result in results or []:
         unit = result.get("unit", result.get("item"))
@@ -131,34 +132,34 @@ def kvcr_memlock_errors(results, host, needs=None):
             item["show"] = result.get("show", result.get("stdout", ""))
         item.update((needs or {}).get(unit) or {})
         units.append(item)
-    return _kvcr.memlock_errors(host, units)
+    return _kvcr_transport.memlock_errors(host, units)
 
 
 def kvcr_pool_limit_error(pool_sizes_gb, guard_count, limit_gb):
     """Why the memory service's pools exceed kvcr_service_pool_limit_gb ('' when they fit)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_transport as _kvcr_transport
     try:
-        return _kvcr.pool_limit_error(guard_count, pool_sizes_gb, limit_gb)
+        return _kvcr_transport.pool_limit_error(guard_count, pool_sizes_gb, limit_gb)
     except (TypeError, ValueError) as exc:
         return "kvcr_service_pool_sizes_gb / kvcr_service_pool_limit_gb: %s" % exc
 
 
 def kvcr_transport_count(log_text):
     """How often rc_mlx5 appears in a journal excerpt."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.transport_count(log_text)
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_guard as _kvcr_guard
+    return _kvcr_guard.transport_count(log_text)
 
 
 def kvcr_transport_rise_errors(counts):
     """rc_mlx5 counts {side: [before, after]} that did not rise across the resend."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.transport_rise_errors(dict((k, tuple(v)) for k, v in (counts or {}).items()))
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_guard as _kvcr_guard
+    return _kvcr_guard.transport_rise_errors(dict((k, tuple(v)) for k, v in (counts or {}).items()))
 
 
 def kvcr_advertise_host_error(host):
     """Why host cannot be advertised to the state agent and peers ('' when it can)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.advertise_host_error(host) or ""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_checks as _kvcr_checks
+    return _kvcr_checks.advertise_host_error(host) or ""
 
 
 def _delta(before, after, key):
@@ -168,9 +169,9 @@ def _delta(before, after, key):
 
 def kvcr_rdma_errors(payload_bytes, source_before, source_after, target_before, target_after):
     """Why the source transmit / target receive deltas (kvcr_rdma_counters_info results) miss the payload."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
-    return _kvcr.rdma_errors(_delta(source_before, source_after, "xmit_bytes"),
-                             _delta(target_before, target_after, "rcv_bytes"), payload_bytes)
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_guard as _kvcr_guard
+    return _kvcr_guard.rdma_errors(_delta(source_before, source_after, "xmit_bytes"),
+                                   _delta(target_before, target_after, "rcv_bytes"), payload_bytes)
 
 
 def kvcr_guard_workers(hosts, hostvars, worker_name="kvcr"):

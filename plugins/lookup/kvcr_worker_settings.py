@@ -14,7 +14,7 @@ short_description: A KVCR host's worker settings from its own variables (no kvcr
 description:
   - Returns the parts of the KVCR worker that a worker naming the host's pool (C(kv_pool) V(kvcr) in
     C(dynamo_workers)) gets (V(kv_transfer_config), V(env), V(extra_args)), derived from the current
-    host's variables with the kvcr role's defaults for what is unset (C(plugins/module_utils/kvcr.py),
+    host's variables with the kvcr role's defaults for what is unset (C(plugins/module_utils/kvcr_config.py),
     the same function the worker's C(kv_pool) uses).
   - Workers do not need it (they name the pool); it serves a playbook that needs one part itself, e.g.
     the KVCR integration test's stand-in (C(tests/integration/kvcr/standin.yml)).
@@ -43,11 +43,11 @@ _raw:
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config
 
 # The variables host_worker_settings reads; role defaults stand in for the unset kvcr_* ones.
-NAMES = tuple(kvcr.HOST_DEFAULTS) + ("kvcr_cache_slot", "kvcr_advertise_host", "kvshare_bind_address",
-                                     "ansible_facts", "ansible_default_ipv4")
+NAMES = tuple(kvcr_config.HOST_DEFAULTS) + ("kvcr_cache_slot", "kvcr_advertise_host", "kvshare_bind_address",
+                                            "ansible_facts", "ansible_default_ipv4")
 
 
 class LookupModule(LookupBase):
@@ -58,7 +58,7 @@ class LookupModule(LookupBase):
             if name in variables:
                 host_vars[name] = self._templar.template(variables[name])
         try:
-            settings = kvcr.host_worker_settings(host_vars)
+            settings = kvcr_config.host_worker_settings(host_vars)
         except (KeyError, ValueError) as exc:
             raise AnsibleLookupError("kvcr_worker_settings: %s" % exc)
         out = []

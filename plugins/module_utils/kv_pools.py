@@ -13,7 +13,7 @@ A worker of ``dynamo_workers`` names its pool with ``kv_pool``:
   public variables (``maru_pool_bind_address``, ``maru_pool_server_port``, ``maru_pool_pool_size``,
   ``maru_pool_chunk_size``, ``maru_pool_kv_chunk_tokens``, ``maru_pool_connector``), a value the
   worker sets in ``kv_pool`` winning; ``instance_id`` defaults to ``<worker host>-<worker name>``.
-* ``kv_pool: kvcr``: this host's KVCR settings (module_utils.kvcr.host_worker_settings: the
+* ``kv_pool: kvcr``: this host's KVCR settings (module_utils.kvcr_config.host_worker_settings: the
   ``kv_transfer_config``, ``env`` and ``extra_args`` of the host's KVCR slot); this host must be a
   KVCR host. A mocker (a stand-in for the KVCR worker) takes the environment only.
 
@@ -21,7 +21,7 @@ What the pool gives is merged with what the worker writes: ``kv_transfer_config`
 (the worker's value wins, except where the pool sets the key: an error), ``env`` (the pool's keys may
 not be set again), ``extra_args`` (the pool's first). The resolved worker keeps ``kv_pool`` as a
 mapping with ``type`` and ``host``. Variables are read through ``hostvars`` with the roles' defaults
-(MARU_HOST_DEFAULTS, kvcr.HOST_DEFAULTS) for what the inventory leaves unset, so every play can
+(MARU_HOST_DEFAULTS, kvcr_config.HOST_DEFAULTS) for what the inventory leaves unset, so every play can
 resolve a worker, also those that load no pool role (verify.yml, status.yml).
 ``hostvars`` may be Ansible's HostVars (values templated on access) or plain dicts.
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr as _kvcr
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config as _kvcr_config
 from ansible_collections.kvshare.dynamo.plugins.module_utils import maru as _maru
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
 
@@ -219,7 +219,7 @@ def _kvcr_parts(host, worker, host_vars, groups):
     if str(host) not in _group(groups, group):
         raise PoolError("%s is not a KVCR host (group %s): a KVCR worker uses its own host's KVCR slot" % (host, group))
     try:
-        settings = _kvcr.host_worker_settings(host_vars)
+        settings = _kvcr_config.host_worker_settings(host_vars)
     except (KeyError, TypeError, ValueError) as exc:
         raise PoolError("the KVCR settings of %s: %s" % (host, exc))
     if worker.get("engine") == "mocker":

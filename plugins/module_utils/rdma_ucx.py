@@ -110,11 +110,11 @@ def _report_gpu(add, gpu, topology):
 
 
 # PCIe path classes (nvidia-smi topo -m, module_utils.topology) of a GPU-local HCA: rdma_ucx warns
-# on any other, KVCR refuses it (module_utils.kvcr.hca_errors).
+# on any other, KVCR refuses it (module_utils.kvcr_transport.hca_errors).
 GPU_LOCAL_PATHS = ("PIX", "PXB")
 
 # LimitMEMLOCK values that mean "unlimited": systemd's spellings (unit files, `systemctl show`) and
-# ulimit's, which operators also write in the inventory (module_utils.kvcr reads it too).
+# ulimit's, which operators also write in the inventory (module_utils.kvcr_transport reads it too).
 UNLIMITED_MEMLOCK = ("infinity", "unlimited", "18446744073709551615")
 
 

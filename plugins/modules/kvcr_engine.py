@@ -66,7 +66,7 @@ cgroup:
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_process
 
 
 def main():
@@ -74,7 +74,7 @@ def main():
         argument_spec=dict(
             unit=dict(type="str", required=True),
             state=dict(type="str", required=True, choices=["killed", "absent"]),
-            pattern=dict(type="str", default=kvcr.ENGINE_TITLE),
+            pattern=dict(type="str", default=kvcr_process.ENGINE_TITLE),
             cgroup_root=dict(type="path", default="/sys/fs/cgroup"),
         ),
         supports_check_mode=True,
@@ -86,9 +86,9 @@ def main():
     cgroup = out.strip()
     found = []
     # The unit's processes are in every hierarchy that has them: unified (v2) or hybrid (unified/, systemd/).
-    dirs = kvcr.unit_cgroup_dirs(p["cgroup_root"], cgroup)
+    dirs = kvcr_process.unit_cgroup_dirs(p["cgroup_root"], cgroup)
     if dirs:
-        found = kvcr.engine_pids(dirs[0], p["pattern"])
+        found = kvcr_process.engine_pids(dirs[0], p["pattern"])
     pids = [{"pid": pid, "title": title} for pid, title in found]
     result = dict(pids=pids, cgroup=cgroup, changed=False)
     if p["state"] == "absent":
@@ -101,7 +101,7 @@ def main():
     if module.check_mode:
         result.update(killed=[], changed=True)
         module.exit_json(**result)
-    killed, _gone = kvcr.kill_pids([x["pid"] for x in pids])
+    killed, _gone = kvcr_process.kill_pids([x["pid"] for x in pids])
     result.update(killed=killed, changed=bool(killed))
     module.exit_json(**result)
 

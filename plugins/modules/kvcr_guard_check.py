@@ -141,7 +141,7 @@ import uuid
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvshare.dynamo.plugins.module_utils import dynamo_http
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_guard
 
 FILLER = "KVCR resiliency validation preserves this numbered cache prefix. "
 QUESTION = "Reply with one short sentence confirming that the prefix was received."
@@ -223,9 +223,9 @@ def run_seed(p, fetch=dynamo_http.fetch_metrics, post=dynamo_http.post_json, clo
             expo, err = _metrics(w, fetch)
             if err:
                 return False, [err]
-            seed[w["name"]] = kvcr.deltas(before[w["name"]], expo)
+            seed[w["name"]] = kvcr_guard.deltas(before[w["name"]], expo)
         state["deltas"] = seed
-        source, target, errors = kvcr.identify_source(seed)
+        source, target, errors = kvcr_guard.identify_source(seed)
         state.update(source=source, target=target)
         # A seeded target is final; "not exactly one yet" may still settle.
         final = any("seeded by the first request too" in e for e in errors)
@@ -272,7 +272,7 @@ def run_recover(p, fetch=dynamo_http.fetch_metrics, post=dynamo_http.post_json, 
         return out
     out["answer"] = content
     if content != p["baseline"]:
-        out["errors"] = kvcr.recovery_errors(p["baseline"], content, {})[:1]
+        out["errors"] = kvcr_guard.recovery_errors(p["baseline"], content, {})[:1]
         return out
     state = {}
 
@@ -280,8 +280,8 @@ def run_recover(p, fetch=dynamo_http.fetch_metrics, post=dynamo_http.post_json, 
         expo, err = _metrics(target, fetch)
         if err:
             return False, [err]
-        state["deltas"] = kvcr.deltas(before, expo)
-        errors = kvcr.recovery_errors(p["baseline"], content, state["deltas"])
+        state["deltas"] = kvcr_guard.deltas(before, expo)
+        errors = kvcr_guard.recovery_errors(p["baseline"], content, state["deltas"])
         return not errors or state["deltas"].get("reset"), errors
 
     _done, errors = poll(check, p["timeout"], p["interval"], clock, sleep)

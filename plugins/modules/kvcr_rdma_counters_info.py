@@ -65,7 +65,7 @@ errors:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_rdma
 
 
 def env_file_devices(path):
@@ -76,7 +76,7 @@ def env_file_devices(path):
         for line in handle:
             key, dummy, value = line.strip().partition("=")
             if key == "UCX_NET_DEVICES":
-                return kvcr.parse_ucx_devices(value.strip().strip('"'))
+                return kvcr_rdma.parse_ucx_devices(value.strip().strip('"'))
     return []
 
 
@@ -90,8 +90,8 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    devices = kvcr.parse_ucx_devices(",".join(p["devices"])) or env_file_devices(p["ucx_env_file"])
-    result = kvcr.rdma_counters(p["sysfs_root"], devices)
+    devices = kvcr_rdma.parse_ucx_devices(",".join(p["devices"])) or env_file_devices(p["ucx_env_file"])
+    result = kvcr_rdma.rdma_counters(p["sysfs_root"], devices)
     module.exit_json(changed=False, devices=["%s:%s" % d for d in devices], **result)
 
 

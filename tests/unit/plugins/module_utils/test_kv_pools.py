@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as kp
-from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr
+from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config
 
 ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
 
@@ -193,7 +193,7 @@ def kvcr_cluster(engine="vllm"):
 def test_kvcr_worker_gets_the_hosts_kvcr_settings():
     hostvars, groups = kvcr_cluster()
     (worker,) = kp.host_workers("g1", hostvars, groups)
-    settings = kvcr.host_worker_settings(hostvars["g1"])
+    settings = kvcr_config.host_worker_settings(hostvars["g1"])
     assert worker["kv_pool"] == {"type": "kvcr", "host": "g1"}
     assert worker["kv_transfer_config"] == settings["kv_transfer_config"]
     assert worker["env"] == settings["env"] and worker["env"]["KVCR_CACHE_SLOT"] == "1"
