@@ -157,7 +157,10 @@ RENDER = """
                + (__dynamo_worker_workers | map('community.general.dict_kv', 'worker')
                   | map('combine', {'src': '%(dynamo_worker)s/worker.env.j2'}) | list)
                + (__dynamo_worker_workers | map('community.general.dict_kv', 'worker')
-                  | map('combine', {'src': '%(dynamo_worker)s/worker-exec.conf.j2'}) | list))
+                  | map('combine', {'src': '%(dynamo_worker)s/worker-exec.conf.j2'}) | list)
+               + ([{'dest': '/etc/systemd/system/' ~ __dynamo_worker_health_unit ~ '.service', 'src': '%(dynamo_worker)s/dynamo-worker-health.service.j2'},
+                   {'dest': '/etc/systemd/system/' ~ __dynamo_worker_health_unit ~ '.timer', 'src': '%(dynamo_worker)s/dynamo-worker-health.timer.j2'}]
+                  if __dynamo_worker_health_active | bool else []))
               if inventory_hostname in groups['dynamo_workers'] | default([]) else [] }}"
       loop_control:
         label: "{{ item | map(attribute='src') | map('basename') | list }}"
