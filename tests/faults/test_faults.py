@@ -569,3 +569,75 @@ def test_fault_13_teardown_wipe_then_fresh_rollout(stack, record):
     F.etcdctl(members[0], "put %s %s" % (F.SENTINEL_KEY, stack["sentinel"]))
     record["note"] = "etcd data wiped on %d members; fresh site.yml serving again" % len(members)
     finish(stack, record)
+
+
+def _gpu_pair():
+    """(host, [first, second]) of two orchestration workers sharing a GPU on one host (the second
+    ordered After= the first), else (host, [ORCH[0]])."""
+    by_gpu = {}
+    for hname, w in ORCH:
+        gpus = tuple(str(g) for g in w.get("gpus") or [])
+        if gpus:
+            by_gpu.setdefault((hname, gpus), []).append(w)
+    for (hname, dummy), seq in sorted(by_gpu.items(), key=lambda item: -len(item[1])):
+        if len(seq) >= 2:
+            return hname, seq[:2]
+    return ORCH[0][0], [ORCH[0][1]]
+
+
+def test_fault_14_worker_frozen(stack, record):
+    """worker frozen (SIGSTOP): the liveness timer restarts it after 3 failed /live probes, serving under a new id
+    again; a same-GPU pair frozen together restarts in its order (the second once the first is ready)"""
+    hostname, frozen = _gpu_pair()
+    hv = F.HOSTVARS[hostname]
+    interval = int(hv.get("dynamo_worker_health_interval", 5))
+    failures, timeout = 3, 4  # the role's (private) probe settings, the seed's
+    stop = int(hv.get("dynamo_worker_stop_timeout", 60))
+    assert F.unit_state(hostname, "dynamo-worker-health.timer") == "active"
+    units = ["dynamo-worker@%s" % w["name"] for w in frozen]
+
+    def prop(unit, name):
+        return F.sh(hostname, "systemctl show -p %s --value %s" % (name, unit)).strip()
+
+    old_ids = {w["name"]: set(F.instance_of(hostname, w)) for w in frozen}
+    assert all(old_ids.values()), "not registered before the fault: %s" % old_ids
+    invocations = {u: prop(u, "InvocationID") for u in units}
+    pids = {u: int(prop(u, "MainPID")) for u in units}
+    since = time.time() - 1
+    # The main process and its children: the system port still accepts connections, nothing answers.
+    for pid in pids.values():
+        F.sh(hostname, "kill -STOP %d; for c in $(pgrep -P %d); do kill -STOP $c; done" % (pid, pid))
+    t0 = time.monotonic()
+    try:
+        assert F.sh(hostname, "ps -o stat= -p %d" % pids[units[0]]).strip().startswith("T")
+        # Restarted once `failures` rounds failed (each at most `timeout` s), plus one round's jitter
+        # and the stop (SIGTERM with SIGCONT, at most TimeoutStopSec).
+        budget = interval * (failures + 1) + timeout * failures + stop + 10
+        for unit in units:
+            F.wait_for(lambda unit=unit: prop(unit, "InvocationID") not in ("", invocations[unit]), timeout=budget,
+                       interval=F.POLL, what="%s restarted by the liveness timer" % unit)
+        record["restart_s"] = round(time.monotonic() - t0, 1)
+        new_ids = {}
+        for w in frozen:
+            new_ids[w["name"]] = F.wait_for(lambda w=w: F.worker_serving(hostname, w, exclude=old_ids[w["name"]]),
+                                            timeout=120, interval=F.POLL, what="%s serving under a new id" % w["name"])
+        record["recovery_s"] = time.monotonic() - t0
+    finally:
+        # A worker that was not restarted (the case failed) must not stay frozen for the next case.
+        for pid in pids.values():
+            F.sh(hostname, "kill -CONT %d 2>/dev/null; for c in $(pgrep -P %d); do kill -CONT $c; done; true" % (pid, pid))
+    for unit in units:
+        assert int(prop(unit, "MainPID")) != pids[unit]
+    journal = F.sh(hostname, "journalctl --no-pager -o cat --since @%d -u dynamo-worker-health.service" % int(since))
+    for unit in units:
+        assert "%s.service restarted: %d failed /live probes in a row" % (unit, failures) in journal, journal[-3000:]
+    if len(units) == 2:
+        # Restarted in one systemctl call: the second starts only once the first is ready (After= and
+        # the first one's ExecStartPost= gate on its /health), as at boot.
+        first, second = units
+        assert int(prop(second, "InactiveExitTimestampMonotonic")) >= int(prop(first, "ActiveEnterTimestampMonotonic")), \
+            "%s started before %s was ready" % (second, first)
+    record["note"] = ("%s frozen; restarted after %.1f s (interval %d s x %d failures); ids %s"
+                      % ("+".join(w["name"] for w in frozen), record["restart_s"], interval, failures,
+                         ", ".join("%x" % i for i in new_ids.values())))[:600]
+    finish(stack, record)
