@@ -10,11 +10,11 @@ import time
 
 import d2lib as D
 
-KEYS = dict(("kvshare/day2/key-%02d" % i, "value-%02d-%d" % (i, int(time.time()))) for i in range(10))
+KEYS = dict(("kvshare/day2/backup/key-%02d" % i, "value-%02d-%d" % (i, int(time.time()))) for i in range(10))
 
 
 def _get_all(host):
-    out = D.etcdctl(host, "get --prefix kvshare/day2/ -w simple")
+    out = D.etcdctl(host, "get --prefix kvshare/day2/backup/ -w simple")
     lines = out.strip().splitlines()
     return dict(zip(lines[0::2], lines[1::2]))
 
