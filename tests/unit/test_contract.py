@@ -153,7 +153,7 @@ def found():
         for node in ast.walk(tree):
             if id(node) in docs or not isinstance(node, ast.Constant):
                 continue
-            if type(node.value) is int and node.value in ports:
+            if isinstance(node.value, int) and not isinstance(node.value, bool) and node.value in ports:
                 places.add(("port", rel, str(node.value)))
             elif isinstance(node.value, str) and rel != "plugins/module_utils/stack.py" \
                     and re.search(r"\b(ansible_)?default_ipv4\b", node.value):
