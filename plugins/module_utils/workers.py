@@ -236,7 +236,8 @@ def pool_id(host, worker):
 
     An explicit ``pool`` key wins. Otherwise: Maru -> its metadata server URL; LMCache with Maru
     -> maru_path; ExampleConnector / file-based -> the host and directory (a local directory is
-    shared only on that host unless ``pool`` says otherwise); anything else -> the host and the
+    shared only on that host unless ``pool`` says otherwise); a KVCR tier -> its compatibility
+    digest (the KVCR hosts' engines share it across hosts); anything else -> the host and the
     connector's JSON (workers configured identically on one host are assumed to share).
     """
     if worker.get("pool"):
@@ -254,7 +255,34 @@ def pool_id(host, worker):
         return "maru:%s" % extra["maru_path"]
     if extra.get("shared_storage_path"):
         return "dir:%s:%s" % (host, extra["shared_storage_path"])
+    digest = kvcr_digest(cfg)
+    if digest is not None:
+        return "kvcr:%s" % digest
     return "cfg:%s:%s" % (host, json.dumps(cfg, sort_keys=True))
+
+
+# What worker A's engine counts when it writes KV to the KVCR tier (the upstream KVCR test's proof
+# that A's KV was offloaded); verify.yml waits for it to grow and settle before B's request.
+KVCR_STORE_METRIC = {"name": "vllm:kv_offload_tiering_write_bytes_total", "labels": {"tier": "1:kvcr"}}
+
+
+def kvcr_digest(cfg):
+    """The compatibility digest of a kv_transfer_config's KVCR tier, or None (no KVCR tier). The
+    memory service refuses claims with another digest, so the engines of one KVCR deployment that
+    share a digest share its KV: the digest names the pool, whatever host a worker is on."""
+    extra = (cfg or {}).get("kv_connector_extra_config") or {}
+    tiers = extra.get("secondary_tiers") if isinstance(extra, dict) else None
+    for tier in tiers if isinstance(tiers, list) else []:
+        if isinstance(tier, dict) and tier.get("type") == "kvcr":
+            return str(tier.get("compatibility_digest") or "")
+    return None
+
+
+def store_metric(worker):
+    """The metric of ``worker`` that grows when it has stored KV in its pool, for pools whose
+    store shows only in the engine's metrics (KVCR); None otherwise."""
+    cfg = kv_transfer_config(worker) if worker.get("engine") != "mocker" else None
+    return dict(KVCR_STORE_METRIC) if cfg is not None and kvcr_digest(cfg) is not None else None
 
 
 def share_pairs(host_workers, named_pairs=None):
@@ -279,7 +307,7 @@ def share_pairs(host_workers, named_pairs=None):
                 raise ValueError("kvshare_verify_pairs names unknown workers %s (use host/name)" % missing)
             (ha, wa), (hb, wb) = index[item["a"]], index[item["b"]]
             pairs.append({"a": {"host": ha, "worker": wa}, "b": {"host": hb, "worker": wb},
-                          "pool": pool_id(ha, wa) or "n/a",
+                          "pool": pool_id(ha, wa) or "n/a", "store_metric": store_metric(wa),
                           "maru_server": maru_server_url(wa), "a_maru_instance_id": maru_instance_id(wa)})
         return pairs
     groups = {}
@@ -303,6 +331,7 @@ def share_pairs(host_workers, named_pairs=None):
             found.append((a, cross))
         for a, b in found:
             pairs.append({"a": {"host": a[0], "worker": a[1]}, "b": {"host": b[0], "worker": b[1]}, "pool": pid,
+                          "store_metric": store_metric(a[1]),
                           "maru_server": maru_server_url(a[1]), "a_maru_instance_id": maru_instance_id(a[1])})
     return pairs
 
@@ -540,3 +569,4 @@ def pool_problems(probe):
     problems += [(result.get("stderr") or "").strip() or "%s: probe exited %s" % (name, result.get("rc"))
                  for name, result in (probe.get("commands") or {}).items() if result.get("rc") != 0]
     return problems
+

@@ -135,6 +135,22 @@ options:
   store_instance_id:
     description: Pool instance id of worker A (its C(maru_instance_id)); its bytes are watched.
     type: str
+  store_metric:
+    description:
+      - For pools whose store shows only in the engine's metrics (a KVCR tier): the counter of
+        worker A (on its O(worker_a.system_url)/metrics, summed over the samples with these labels)
+        that grows when A has written KV to the pool. B's request waits, polling every 0.2 s, until
+        it grew and stopped growing, as with O(store_probe) (which wins when both are given).
+    type: dict
+    suboptions:
+      name:
+        description: Metric name, e.g. C(vllm:kv_offload_tiering_write_bytes_total).
+        type: str
+        required: true
+      labels:
+        description: Labels a sample must have, e.g. C(tier=1:kvcr).
+        type: dict
+        default: {}
   store_timeout:
     description: Seconds to wait for A's KV to land in the pool.
     type: float
@@ -273,8 +289,9 @@ report:
       type: dict
     store:
       description:
-        - With O(store_probe), A's bytes in the pool before its request and when they settled
-          after it, the seconds waited, and the probe's error if any. Null without a probe.
+        - With O(store_probe) or O(store_metric), A's bytes in the pool (or its store counter)
+          before its request and when they settled after it, the seconds waited, and the probe's
+          error if any. Null without either.
       type: dict
     checks:
       description: Every check, name, ok (true/false/null for skipped), detail.
@@ -313,6 +330,20 @@ def pool_bytes(usage, instance_id=None):
         return int(usage["kv_bytes"])
     return sum(int(v.get("used", 0)) for k, v in (usage.get("instances") or {}).items()
                if k == instance_id or k.startswith(instance_id + "-"))
+
+
+def metric_reader(url, name, labels=None, timeout=10.0):
+    """A callable returning the current sum of ``name`` (samples with ``labels``) on ``url``'s
+    /metrics; it raises when the endpoint does not answer or has no such sample."""
+    def read():
+        expo, err = _snapshot(url, timeout)
+        if expo is None:
+            raise RuntimeError(err)
+        value = pt.sum_samples(expo, name, dict(labels or {}))
+        if value is None:
+            raise RuntimeError("%s/metrics has no %s%s" % (url, name, json.dumps(labels or {}, sort_keys=True)))
+        return value
+    return read
 
 
 def build_prompt(nonce, words):
@@ -826,6 +857,8 @@ def main():
             warmup=dict(type="bool", default=True),
             store_probe=dict(type="list", elements="str"),
             store_instance_id=dict(type="str"),
+            store_metric=dict(type="dict", options=dict(name=dict(type="str", required=True),
+                                                        labels=dict(type="dict", default={}))),
             store_timeout=dict(type="float", default=30.0),
             fail_on_unproven=dict(type="bool", default=True),
         ),
@@ -852,6 +885,9 @@ def main():
             if rc != 0:
                 raise RuntimeError("rc=%d %s" % (rc, (err or out).strip()[-300:]))
             return pool_bytes(json.loads(out), p["store_instance_id"])
+    elif p["store_metric"]:
+        store_bytes = metric_reader(p["worker_a"]["system_url"], p["store_metric"]["name"],
+                                    p["store_metric"]["labels"], p["request_timeout"])
 
     report = run_check(p["frontend_url"], p["model"], p["worker_a"], p["worker_b"],
                        p["min_prompt_tokens"], p["prompt_words"], p["max_tokens"], p["nonce"],

@@ -399,3 +399,46 @@ def test_store_probe_that_never_lands_fails_the_pair(stack):
     r = s.run(store_bytes=lambda: 10, store_timeout=0.5)
     assert r["verdict"] == "failed"
     assert "worker A's KV did not land in the pool: no new bytes after 0.5 s (10 before, 10 now)" in reasons(r)
+
+
+# --- waiting for A's KV to land in a KVCR tier (store_metric) ---------------------------------------
+
+KVCR_WRITES = {"name": "vllm:kv_offload_tiering_write_bytes_total", "labels": {"tier": "1:kvcr"}}
+
+
+def _with_kvcr_writes(state, value):
+    """A's real kv_vllm page of that state plus the KVCR tier's write counter (tests/fixtures/kvcr)."""
+    return fixture_text("kv_vllm/metrics_a_%d.txt" % state) + (
+        'vllm:kv_offload_tiering_write_bytes_total{engine="0",model_name="tiny",tier="1:kvcr"} %s\n' % value)
+
+
+def test_metric_reader_sums_the_kvcr_tier_writes_and_names_a_missing_counter():
+    def kvcr_page(name):  # tests/fixtures/kvcr (its README says what is real there)
+        with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "kvcr", name)) as handle:
+            return handle.read()
+    pages = {"/metrics": kvcr_page("metrics_a_1.txt")}
+    site = FakeSite(lambda m, p, b: Reply(200, pages["/metrics"], "text/plain; version=0.0.4"))
+    try:
+        read = ksc.metric_reader(site.url, KVCR_WRITES["name"], KVCR_WRITES["labels"], 5)
+        assert read() == 183500800
+        pages["/metrics"] = kvcr_page("metrics_plain.txt")
+        with pytest.raises(RuntimeError, match=r"/metrics has no vllm:kv_offload_tiering_write_bytes_total\{\"tier\": \"1:kvcr\"\}"):
+            read()
+    finally:
+        site.close()
+
+
+def test_main_store_metric_asks_b_once_a_wrote_to_the_kvcr_tier(stack, capsys):
+    s = stack(overrides={"metrics_a_0.txt": _with_kvcr_writes(0, "0.0"), "metrics_a_1.txt": _with_kvcr_writes(1, "183500800.0")})
+    rc, out = run_main(s.args(store_metric=KVCR_WRITES, store_timeout=5), capsys)
+    report = out["report"]
+    assert rc == 0 and out["verdict"] == "passed", out["reasons"]
+    assert report["store"]["before"] == 0 and report["store"]["after"] == 183500800 and report["store"]["error"] is None
+    assert {c["name"]: c["ok"] for c in report["checks"]}["a_stored"] is True
+
+
+def test_main_store_metric_that_never_grows_fails_the_pair(stack, capsys):
+    s = stack(overrides={"metrics_a_0.txt": _with_kvcr_writes(0, "0.0"), "metrics_a_1.txt": _with_kvcr_writes(1, "0.0")})
+    rc, out = run_main(s.args(store_metric=KVCR_WRITES, store_timeout=0.5), capsys)
+    assert out["verdict"] == "failed"
+    assert "worker A's KV did not land in the pool: no new bytes after 0.5 s (0 before, 0 now)" in " | ".join(out["reasons"])
