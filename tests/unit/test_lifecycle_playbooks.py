@@ -62,7 +62,7 @@ def test_teardown_asks_and_stops_before_any_change_without_an_answer(tmp_path):
     # Skipped confirmation: the run goes on to the workers (and fails there: the host is unreachable).
     rc, out = run(tmp_path, "playbooks/teardown.yml", inventory, "-e", "teardown_skip_confirmation=true")
     # The workers' role starts with its liveness timer (it restarts workers), before any worker.
-    assert rc != 0 and ("TASK [kvshare.dynamo.dynamo_worker : Teardown | Stop and disable the workers' liveness timer and probe]"
+    assert rc != 0 and ("TASK [kvshare.dynamo.dynamo_worker : Stop and disable the workers' liveness timer and probe]"
                         in out), out[-4000:]
     assert "UNREACHABLE" in out, out[-4000:]
 
