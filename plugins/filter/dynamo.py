@@ -21,6 +21,24 @@ def worker_start_waves(workers):
         raise AnsibleFilterError("worker_start_waves: malformed worker list: %s" % exc) from exc
 
 
+def worker_model_stages(workers, host_env=None, engine_env=None):
+    """The models a host's workers load, each once, with how to stage them (module_utils/workers.py)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+    try:
+        return _workers.model_stages(workers, host_env, engine_env)
+    except (TypeError, AttributeError) as exc:
+        raise AnsibleFilterError("worker_model_stages: malformed worker list: %s" % exc) from exc
+
+
+def worker_ready_timeout(model_bytes, base, seconds_per_gib):
+    """The readiness timeout for workers whose largest model has the given size (bytes)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+    try:
+        return _workers.ready_timeout(base, model_bytes, seconds_per_gib)
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError("worker_ready_timeout: %s" % exc) from exc
+
+
 def worker_gpu_order(workers):
     """{name: {after, before}}: the neighbours of each worker in its GPU's start order."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
@@ -285,6 +303,8 @@ class FilterModule:
         return {
             "worker_start_waves": worker_start_waves,
             "worker_gpu_order": worker_gpu_order,
+            "worker_model_stages": worker_model_stages,
+            "worker_ready_timeout": worker_ready_timeout,
             "worker_errors": worker_errors,
             "systemd_command": systemd_command,
             "worker_argv": worker_argv,

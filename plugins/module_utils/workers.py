@@ -570,3 +570,48 @@ def pool_problems(probe):
                  for name, result in (probe.get("commands") or {}).items() if result.get("rc") != 0]
     return problems
 
+
+# Environment a model's staging shares with its workers: where the Hugging Face cache is, which
+# hub it comes from. HF_TOKEN is not among them (it reaches the staging on stdin, never argv).
+MODEL_ENV_KEYS = ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_ENDPOINT")
+_OFFLINE_TRUE = ("1", "true", "yes", "on")
+
+
+def model_stages(workers, host_env=None, engine_env=None):
+    """The models a host's workers load, each once, in inventory order, to stage before they start.
+
+    Each: ``model`` (as written), ``local`` (an absolute path: checked, never downloaded),
+    ``offline`` (HF_HUB_OFFLINE is on in the environment of any of its workers: the engine only
+    reads the cache, so the staging only checks it), ``workers`` (names) and ``env`` (the cache and
+    hub settings of MODEL_ENV_KEYS its workers run with). ``host_env``: dynamo_worker_env;
+    ``engine_env``: the role's per-engine environment; a worker's own ``env`` wins, as in its
+    environment file. Workers of one model with different cache settings stage it once each.
+    """
+    host_env = host_env if isinstance(host_env, dict) else {}
+    engine_env = engine_env if isinstance(engine_env, dict) else {}
+    stages, index = [], {}
+    for worker in workers or []:
+        if not isinstance(worker, dict) or not worker.get("model"):
+            continue
+        env = dict(engine_env.get(worker.get("engine")) or {})
+        env.update(host_env)
+        env.update(worker.get("env") if isinstance(worker.get("env"), dict) else {})
+        model = str(worker["model"])
+        cache = dict((key, str(env[key])) for key in MODEL_ENV_KEYS if env.get(key) not in (None, ""))
+        key = (model, json.dumps(cache, sort_keys=True))
+        if key not in index:
+            index[key] = len(stages)
+            stages.append({"model": model, "local": model.startswith("/"), "offline": False, "workers": [], "env": cache})
+        stage = stages[index[key]]
+        stage["workers"].append(str(worker.get("name")))
+        if str(env.get("HF_HUB_OFFLINE", "")).strip().lower() in _OFFLINE_TRUE:
+            stage["offline"] = True
+    return stages
+
+
+def ready_timeout(base, model_bytes, seconds_per_gib):
+    """A worker's readiness timeout: ``base`` seconds plus ``seconds_per_gib`` for each GiB (or
+    part of one) of the largest model it may load (``model_bytes``: sizes in bytes)."""
+    largest = max([int(size) for size in model_bytes or [] if size is not None] or [0])
+    gib = -(-largest // (1 << 30))
+    return int(float(base)) + int(gib * float(seconds_per_gib))
