@@ -23,6 +23,7 @@ from ansible.module_utils.parsing.convert_bool import boolean
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import converged as cv
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack
 
 # Variables of this collection's roles (private __ names and registered results are not inputs).
 INPUT_NAME = re.compile(r"^(kvshare|etcd|dynamo|maru_pool|kvcr|rdma_ucx|firewall)_")
@@ -102,7 +103,7 @@ class ActionModule(ActionBase):
         for host in sorted(self._value(task_vars.get("ansible_play_hosts_all", [])) or []):
             # Facts are module output, never templates.
             peer_facts = peer(host).get("ansible_facts") or {}
-            peers.append([host, (peer_facts.get("default_ipv4") or {}).get("address")])
+            peers.append([host, stack.default_ipv4_address(peer_facts)])
         for host in sorted(self._value(task_vars.get("groups", {})).get("all", [])):
             peers.append([host, self._value(peer(host).get("etcd_member"))])
         found["__peers__"] = cv.value_digest(peers)

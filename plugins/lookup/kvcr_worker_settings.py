@@ -44,10 +44,10 @@ from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config
+from ansible_collections.kvshare.dynamo.plugins.module_utils import stack
 
 # The variables host_worker_settings reads; role defaults stand in for the unset kvcr_* ones.
-NAMES = tuple(kvcr_config.HOST_DEFAULTS) + ("kvcr_cache_slot", "kvcr_advertise_host", "kvshare_bind_address",
-                                            "ansible_facts", "ansible_default_ipv4")
+NAMES = tuple(kvcr_config.HOST_DEFAULTS) + ("kvcr_cache_slot", "kvcr_advertise_host") + stack.BIND_ADDRESS_VARIABLES
 
 
 class LookupModule(LookupBase):

@@ -196,8 +196,7 @@ class _Inventory:
 
     def address(self, host):
         """The host's service address: kvshare_bind_address, else its default IPv4 fact (stack.bind_address_of)."""
-        value = _stack.bind_address_of({key: self.own(host, key, None) for key in
-                                        ("kvshare_bind_address", "ansible_facts", "ansible_default_ipv4")})
+        value = _stack.bind_address_of({key: self.own(host, key, None) for key in _stack.BIND_ADDRESS_VARIABLES})
         if value in (None, ""):
             raise FirewallError("kvshare_bind_address of %s: unknown (not set, no facts gathered)" % host)
         try:

@@ -25,6 +25,8 @@ __metaclass__ = type
 ADDRESS_ORDER = ("kvshare_bind_address", "ansible_facts.default_ipv4.address", "ansible_host", "inventory name")
 FRONTEND_GROUP = "dynamo_frontend"
 FRONTEND_PORT = 8000
+# The variables bind_address_of reads: a caller that hands it a host's variables picks these.
+BIND_ADDRESS_VARIABLES = ("kvshare_bind_address", "ansible_facts", "ansible_default_ipv4")
 
 
 def _get(host_vars, key):
@@ -40,6 +42,11 @@ def _host_vars(hostvars, host):
         return hostvars[host]
     except (KeyError, TypeError):
         return {}
+
+
+def default_ipv4_address(facts):
+    """The default IPv4 address in a host's gathered facts (``ansible_facts``), as gathered (None when absent)."""
+    return ((facts or {}).get("default_ipv4") or {}).get("address")
 
 
 def bind_address_of(host_vars):

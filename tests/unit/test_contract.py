@@ -33,12 +33,6 @@ CONTRACT_HOME = "roles/kvshare/"
 
 KNOWN = {
     # (check, file, what): why it is still there
-    ("address", "plugins/action/converged.py", "default_ipv4"):
-        "the fast re-run's peer inputs read the peers' facts itself",
-    ("address", "plugins/lookup/kvcr_worker_settings.py", "ansible_default_ipv4"):
-        "passes the keys stack.host_address reads (a copy of its key list)",
-    ("address", "plugins/module_utils/firewall.py", "ansible_default_ipv4"):
-        "passes the keys stack.host_address reads (a copy of its key list)",
     ("frontend", "roles/dynamo_worker/tasks/preflight.yml", "dynamo_frontend_http_port"):
         "the port-clash check reads the co-located frontend's port without its default",
     ("fallback", "playbooks/verify.yml", "dynamo_runtime_venv_root"): "venv root (the pool probe's Python)",

@@ -51,3 +51,16 @@ def test_one_frontend_only():
         "but never proven ready, nor used. Keep one host in dynamo_frontend"]
     assert filters.frontend_group_errors({"fe_group": ["a", "b"]}, "fe_group")[0].startswith("group fe_group has 2 hosts (a, b)")
     assert filters.frontend_group_errors({"dynamo_frontend": ["a", "b"]})[0].startswith("group dynamo_frontend has 2")
+
+
+def test_default_ipv4_address_and_the_variables_bind_address_of_reads():
+    """The fast re-run's peer digest reads the fact here; callers that pick a host's variables for
+    bind_address_of pick BIND_ADDRESS_VARIABLES, so the fact's name is written in stack.py alone."""
+    assert stack.default_ipv4_address({"default_ipv4": {"address": "127.0.0.5"}}) == "127.0.0.5"
+    assert stack.default_ipv4_address({"default_ipv4": {}}) is None
+    assert stack.default_ipv4_address({}) is None and stack.default_ipv4_address(None) is None
+    host_vars = {"ansible_facts": {"default_ipv4": {"address": "127.0.0.6"}}, "ansible_host": "127.0.0.7", "other": 1}
+    picked = dict((k, host_vars.get(k)) for k in stack.BIND_ADDRESS_VARIABLES)
+    assert stack.bind_address_of(picked) == stack.bind_address_of(host_vars) == "127.0.0.6"
+    assert stack.bind_address_of({"ansible_default_ipv4": {"address": "127.0.0.8"}}) == "127.0.0.8"
+    assert "ansible_default_ipv4" in stack.BIND_ADDRESS_VARIABLES
