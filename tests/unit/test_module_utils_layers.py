@@ -29,7 +29,7 @@ MU_PACKAGE = COLLECTION + ".plugins.module_utils"
 LAYERS = (
     ("bottom (import nothing of ours)", (
         "ports", "stack", "maru", "prometheus_text", "unit_watch", "topology", "devdax", "rdma_ucx", "pki",
-        "controller_collections", "kvcr_rdma", "kvcr_process")),
+        "controller_collections", "kvcr_rdma", "kvcr_process", "etcd")),
     ("planners and checks of one area", (
         "firewall", "kvcr_checks", "kvcr_config", "kvcr_transport", "kvcr_guard", "workers", "dynamo_http",
         "converged")),

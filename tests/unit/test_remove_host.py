@@ -4,8 +4,13 @@
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """playbooks/remove_host.yml refuses, before any change, a host the stack cannot lose, and asks
 before draining one it can; offline (every host is a closed loopback port: a run that got past its
-first play would report it UNREACHABLE). The day-2 suite removes a worker host that is also an etcd
-member from a running stack (tests/day2/test_3_scale_out.py)."""
+first play would report it UNREACHABLE). The etcd role's leave check runs here on this machine
+(connection local) against a fake etcdctl that prints what a cluster would. The day-2 suite removes a
+worker host that is also an etcd member from a running stack (tests/day2/test_3_scale_out.py) and
+is refused the removal of one whose others would lose quorum (tests/day2/test_6_etcd_member_replace.py)."""
+import json
+import os
+
 import pytest
 
 from test_lifecycle_playbooks import closed_port, run, unreachable
@@ -58,3 +63,75 @@ def test_confirmed_it_goes_to_the_host(tmp_path):
     rc, out = run(tmp_path, "playbooks/remove_host.yml", inventory(closed_port()), "-e", "remove_host=w1",
                   "-e", "remove_host_skip_confirmation=true")
     assert rc != 0 and "PLAY [Drain and remove the host]" in out and "UNREACHABLE" in out, out[-4000:]
+
+
+LEAVE_CHECK_PLAY = """
+- name: The etcd leave check of remove_host.yml
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Check that this etcd member can leave
+      ansible.builtin.include_role:
+        name: kvshare.dynamo.etcd
+        tasks_from: leave_check.yml
+
+    - name: What leave.yml would remove
+      ansible.builtin.debug:
+        msg: "{{ __etcd_leave_self | map(attribute='ID') | list }}"
+"""
+
+FAKE_ETCDCTL = """#!/bin/sh
+# etcdctl as a member of the test's cluster answers: the two outputs, and the health probe's status
+here=$(dirname "$0")
+echo "$*" >> "$here/calls"
+case "$*" in
+  *"member list"*) cat "$here/members.json" ;;
+  *"endpoint health"*) cat "$here/health.json"; exit "$(cat "$here/health.rc")" ;;
+  *) exit 2 ;;
+esac
+"""
+
+
+def leave_check(tmp_path, count, leaving, down=()):
+    """Run roles/etcd/tasks/leave_check.yml as sb<leaving> of sb1..sb<count> (127.0.0.<n>), the
+    `down` members unhealthy: (CompletedProcess, tasks, etcdctl calls)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    members = [{"ID": 0x1000 + i, "name": "sb%d" % i, "peerURLs": ["https://127.0.0.%d:2380" % i],
+                "clientURLs": ["https://127.0.0.%d:2379" % i]} for i in range(1, count + 1)]
+    (bindir / "members.json").write_text(json.dumps({"header": {}, "members": members}))
+    (bindir / "health.json").write_text(json.dumps([{"endpoint": "https://127.0.0.%d:2379" % i, "health": i not in down}
+                                                    for i in range(1, count + 1)]))
+    (bindir / "health.rc").write_text("1" if down else "0")
+    (bindir / "etcdctl").write_text(FAKE_ETCDCTL)
+    os.chmod(bindir / "etcdctl", 0o755)
+    host = {"etcd_address": "127.0.0.%d" % leaving, "etcd_client_port": 2379, "etcd_peer_port": 2380,
+            "etcd_install_method": "tarball", "__etcd_tarball_bin_dir": str(bindir)}
+    proc, tasks = render_lib.run_local_play(tmp_path, LEAVE_CHECK_PLAY, hosts={"sb%d" % leaving: host})
+    calls = (bindir / "calls").read_text().splitlines() if (bindir / "calls").exists() else []
+    return proc, tasks, calls
+
+
+def _result(tasks, name):
+    found = [t["hosts"] for t in tasks if t["task"]["name"].endswith(name)]
+    assert found, [t["task"]["name"] for t in tasks]
+    return list(found[-1].values())[0]
+
+
+def test_leave_check_refuses_a_removal_that_loses_quorum(tmp_path):
+    """The text tests/day2/test_6_etcd_member_replace.py asserts on, before leave.yml is reached."""
+    proc, tasks, calls = leave_check(tmp_path, 3, 3, down=(2,))
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    refusal = _result(tasks, "Refuse a removal that loses quorum or goes through an unhealthy member")
+    assert refusal.get("failed") and refusal["msg"] == (
+        "remove_host: removing the etcd member sb3 would leave 2 member(s) of which 1 healthy; they need 2"
+        " for quorum. Bring the unhealthy members back first (unhealthy: sb2)."), refusal
+    assert calls and all("--endpoints=https://127.0.0.3:2379" in c for c in calls), calls
+    assert not [t for t in tasks if t["task"]["name"] == "What leave.yml would remove"]
+
+
+def test_leave_check_lets_a_member_go_when_the_others_keep_quorum(tmp_path):
+    proc, tasks, dummy = leave_check(tmp_path, 5, 5, down=(1,))
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert _result(tasks, "Refuse a removal that loses quorum or goes through an unhealthy member").get("skipped")
+    assert _result(tasks, "What leave.yml would remove")["msg"] == [0x1005]
