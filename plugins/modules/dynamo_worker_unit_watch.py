@@ -205,8 +205,10 @@ pending:
   returned: always
   type: list
   elements: str
-started:
-  description: Names of the units the module started or restarted (O(units[].start)); in check mode, those it would have.
+started_units:
+  description:
+    - Names of the units the module started or restarted (O(units[].start)); in check mode, those it would have.
+    - Not named C(started), so that the module can run in the background (C(async)), whose status uses that key.
   returned: always
   type: list
   elements: str
@@ -310,7 +312,7 @@ def main():
         module.fail_json(msg="interval must be > 0 and <= 1 (got %s)" % p["interval"])
     if not p["units"]:
         module.exit_json(changed=False, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={},
-                         started=[], enabled=[], elapsed_s=0.0)
+                         started_units=[], enabled=[], elapsed_s=0.0)
     waves = sorted(set(u["wave"] for u in p["units"]))
     if p["observe"] > 0 and len(waves) > 1:
         module.fail_json(msg="observe watches units as they are: give every unit the same wave")
@@ -322,7 +324,7 @@ def main():
         started, enabled = [n for w in would for n in w[0]], [u for w in would for u in w[1]]
         if started or enabled:
             module.exit_json(changed=True, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={},
-                             started=started, enabled=enabled, elapsed_s=0.0)
+                             started_units=started, enabled=enabled, elapsed_s=0.0)
     tracks = [uw.UnitTrack(u["name"], u["unit"], u.get("health_url"), u.get("pool"), u.get("replaced_invocation"))
               for u in p["units"]]
     wave_of = dict((track.name, u["wave"]) for track, u in zip(tracks, p["units"]))
@@ -389,7 +391,7 @@ def main():
         pending=[t.name for t in tracks if wave_of[t.name] not in began],
         crashed=crashed,
         journal=journal,
-        started=started,
+        started_units=started,
         enabled=enabled,
         elapsed_s=round(time.monotonic() - start, 2),
     )
