@@ -2,32 +2,10 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Filters that derive etcd client settings from the inventory, and the leave check of
-playbooks/remove_host.yml (etcd_leave_problem, documented in etcd_leave_problem.yml)."""
+"""Filters that derive etcd client settings from the inventory (etcd_client_urls), and the leave
+check of playbooks/remove_host.yml (etcd_leave_problem). Each is documented in its <name>.yml."""
 
 from __future__ import annotations
-
-DOCUMENTATION = r"""
-name: etcd_client_urls
-short_description: Client URLs of the etcd members of an inventory group
-description:
-  - For each host name in the input list, returns its client URL. The member record set by the
-    etcd role's preflight (its public export C(etcd_member)) wins; otherwise the URL is built from
-    C(etcd_address), else the host's address (filter C(host_address)), and C(etcd_client_port) (2379).
-options:
-  _input:
-    description: Host names (usually C(groups['etcd'])).
-    type: list
-    required: true
-  hostvars:
-    description: The C(hostvars) mapping.
-    type: dict
-    required: true
-  tls:
-    description: Use https.
-    type: bool
-    default: true
-"""
 
 
 def _get(hostvars_of_host, key, default=None):
