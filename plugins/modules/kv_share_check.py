@@ -137,7 +137,7 @@ options:
     type: str
   store_metric:
     description:
-      - For pools whose store shows only in the engine's metrics (a KVCR tier): the counter of
+      - For pools whose store shows only in the engine's metrics (a KVCR tier), the counter of
         worker A (on its O(worker_a.system_url)/metrics, summed over the samples with these labels)
         that grows when A has written KV to the pool. B's request waits, polling every 0.2 s, until
         it grew and stopped growing, as with O(store_probe) (which wins when both are given).
