@@ -120,6 +120,43 @@ def hit_rate(metrics_text):
     return {"queries": queries, "hits": hits, "hit_rate": rate}
 
 
+# What upstream Maru's vLLM connector (maru_vllm/connector.py at the pin) logs when it cannot store
+# or load KV: it catches the error and the engine serves on without the shared cache. "Failed to
+# connect" is logged on every store and load while its handler cannot be created (a full pool
+# refuses the handler's initial allocation: the fault suite's case 12); a failed creation that
+# raised logs "MaruHandler creation failed" and backs off 5 s.
+MARU_KV_ERRORS = (("save", "Maru save error: "), ("store", "Maru store failed: "), ("load", "Maru load error: "),
+                  ("connect", "Failed to connect to MaruServer at "), ("handler", "MaruHandler creation failed"))
+# journalctl --grep pattern for the same lines (the count below re-checks each line).
+MARU_KV_ERROR_PATTERN = ("Maru (save error|store failed|load error): |Failed to connect to MaruServer at "
+                         "|MaruHandler creation failed")
+
+
+def kv_store_errors(lines):
+    """Failed KV stores and loads in a worker's journal lines (MARU_KV_ERRORS): {"save", "store",
+    "load", "connect", "handler": counts, "total", "last": the last such line (stripped) or None}."""
+    out = dict((kind, 0) for kind, dummy in MARU_KV_ERRORS)
+    last = None
+    for line in lines or []:
+        for kind, marker in MARU_KV_ERRORS:
+            if marker in line:
+                out[kind] += 1
+                last = line.strip()
+                break
+    out["total"] = sum(out[kind] for kind, dummy in MARU_KV_ERRORS)
+    out["last"] = last
+    return out
+
+
+def kv_store_problem(name, errors):
+    """The status problem for a worker with failed KV stores or loads, or None."""
+    if not errors or not errors.get("total"):
+        return None
+    counts = ", ".join("'%s' x%d" % (marker.rstrip(": "), errors[kind]) for kind, marker in MARU_KV_ERRORS if errors.get(kind))
+    return ("worker %s cannot use its KV pool: %s in its journal since it started (last: %s)"
+            % (name, counts, (errors["last"] or "")[-300:]))
+
+
 def _fmt_rate(worker):
     if worker.get("hit_rate") is not None:
         return "%.3f (%d/%d)" % (worker["hit_rate"], int(worker.get("hits") or 0), int(worker.get("queries") or 0))

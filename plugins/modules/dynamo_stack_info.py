@@ -22,6 +22,12 @@ description:
     C(vllm:external_prefix_cache_queries_total); none for mockers).
   - A worker is B(ready) when it is registered with the frontend and its system C(/health)
     answers HTTP 200. No request is sent to any engine; nothing changes.
+  - For every worker that is not a mocker, the journal of its unit's current invocation is searched
+    for the lines upstream Maru's vLLM connector logs when a KV store or load fails (C(Maru save
+    error), C(Maru store failed), C(Maru load error)) or is skipped because its Maru handler could
+    not be created (C(Failed to connect to MaruServer at), C(MaruHandler creation failed)). The
+    connector catches those errors and the engine serves on without the shared cache, so they are
+    counted and named as a problem.
 version_added: "0.1.0"
 author:
   - kvshare.dynamo developers (@kvshare)
@@ -38,7 +44,7 @@ options:
   workers:
     description:
       - This host's workers, as declared in C(dynamo_workers) (C(name), C(system_port), optional
-        C(rpc_port) and C(gpus) are read; other keys are ignored).
+        C(rpc_port), C(gpus) and C(engine) are read; other keys are ignored).
     type: list
     elements: dict
     default: []
@@ -70,7 +76,10 @@ units:
 workers:
   description:
     - One entry per worker, C({name, gpu, unit, unit_state, instance_id (string), registered,
-      health, ready, queries, hits, hit_rate, error}).
+      health, ready, queries, hits, hit_rate, error, kv_errors}); C(kv_errors) counts the failed
+      KV stores and loads of its current invocation (C({save, store, load, connect, handler, total,
+      last}); null for
+      a mocker or a unit that is not running).
   type: list
   returned: always
 frontend_error:
@@ -80,7 +89,8 @@ frontend_error:
 problems:
   description:
     - What is not healthy on this host, one sentence each, empty when all is well; a unit whose
-      state is not C(active), a worker that is not ready (with the reason).
+      state is not C(active), a worker that is not ready (with the reason), a worker whose KV
+      stores or loads failed (with the count and the last such line).
   type: list
   elements: str
   returned: always
@@ -103,7 +113,7 @@ def unit_states(run_command, units):
 
 
 def worker_targets(workers, address):
-    """dynamo_workers entries -> {name, system_url, rpc_port, gpu}."""
+    """dynamo_workers entries -> {name, system_url, rpc_port, gpu, engine}."""
     out = []
     for worker in workers:
         gpus = worker.get("gpus") or []
@@ -111,8 +121,27 @@ def worker_targets(workers, address):
             gpus = [gpus]
         out.append({"name": str(worker["name"]), "system_url": "http://%s:%d" % (address, int(worker["system_port"])),
                     "rpc_port": int(worker["rpc_port"]) if worker.get("rpc_port") else None,
-                    "gpu": ",".join(str(g) for g in gpus)})
+                    "gpu": ",".join(str(g) for g in gpus), "engine": str(worker.get("engine") or "vllm")})
     return out
+
+
+def kv_errors(run_command, unit):
+    """Failed KV stores and loads in the journal of ``unit``'s current invocation (day2.kv_store_errors),
+    or None when the unit has no invocation (not running)."""
+    rc, stdout, _err = run_command(["systemctl", "show", "--property=InvocationID", "--value", unit])
+    invocation = stdout.strip() if rc == 0 else ""
+    if not invocation:
+        return None
+    # short-iso: the last such line says when (a count since the start may be old news).
+    cmd = ["journalctl", "_SYSTEMD_INVOCATION_ID=%s" % invocation, "--output=short-iso", "--no-pager", "--quiet"]
+    rc, stdout, err = run_command(cmd + ["--grep", day2.MARU_KV_ERROR_PATTERN])
+    # journalctl exits 1 when --grep matched nothing; a build without pattern matching refuses
+    # --grep: then every line of the invocation is read and filtered here.
+    if rc not in (0, 1) or (rc == 1 and (err or "").strip()):
+        rc, stdout, err = run_command(cmd)
+        if rc != 0:
+            return {"total": None, "error": "journalctl: %s" % (err or stdout).strip()[-300:]}
+    return day2.kv_store_errors(stdout.splitlines())
 
 
 def worker_status(worker, instances, frontend_error, timeout):
@@ -144,11 +173,15 @@ def worker_status(worker, instances, frontend_error, timeout):
 
 
 def problems(units, workers):
-    """What is not healthy: units not active, workers not ready (a stopped worker is named by both)."""
+    """What is not healthy: units not active, workers not ready (a stopped worker is named by both),
+    workers whose KV stores or loads failed."""
     out = ["%s is %s" % (u["unit"], u["state"]) for u in units if u["state"] != "active"]
     for w in workers:
         if not w["ready"]:
             out.append("worker %s is not ready%s" % (w["name"], ": %s" % w["error"] if w["error"] else ""))
+        problem = day2.kv_store_problem(w["name"], w.get("kv_errors"))
+        if problem:
+            out.append(problem)
     return out
 
 
@@ -174,8 +207,9 @@ def main():
         module.fail_json(msg="workers: each needs name and system_port: %s" % exc)
     workers = [worker_status(w, instances, frontend_error, p["timeout"]) for w in targets]
     state = dict((u["unit"], u["state"]) for u in units)
-    for w in workers:
+    for w, target in zip(workers, targets):
         w["unit_state"] = state.get(w["unit"], "")
+        w["kv_errors"] = kv_errors(module.run_command, w["unit"]) if target["engine"] != "mocker" else None
     module.exit_json(changed=False, units=units, workers=workers, frontend_error=frontend_error,
                      problems=problems(units, workers))
 

@@ -507,7 +507,8 @@ def _main_pids(hostname, names):
 @kv
 def test_fault_12_pool_full(stack, record):
     """the Maru pool full (its free space held by another instance) when worker A starts: verify.yml
-    fails naming the full pool, its free space and A's allocation; restarting maru-server recovers"""
+    fails naming the full pool, its free space and A's allocation, and A's failed stores, which
+    status.yml names too; restarting maru-server recovers"""
     hostname, worker = VLLM[0]
     unit = "dynamo-worker@%s" % worker["name"]
     # The maru-server this worker uses, as its unit names it (the ExecStartPre readiness gate).
@@ -528,6 +529,11 @@ def test_fault_12_pool_full(stack, record):
         assert re.search(r"maru-server %s: its pool is full: \d+ MiB free of \d+ MiB \([\d.]+ %% used\), less than the "
                          r"\d+ MiB that worker A \S+ allocates" % re.escape(server), out), out[-4000:]
         record["note"] = re.search(r"maru-server \S+: its pool is full: [^,]+", out).group(0)[:300]
+        # A's stores failed (the connector logs and serves on): verify.yml and status.yml name them.
+        failed_stores = r"worker %s cannot use its KV pool: '(Failed to connect to MaruServer at|Maru save error)' x\d+" % re.escape(worker["name"])
+        assert re.search(failed_stores, out), out[-4000:]
+        res, dummy = F.playbook("playbooks/status.yml", timeout=300)
+        assert res.returncode != 0 and re.search(r"%s: %s" % (re.escape(hostname), failed_stores), res.stdout), res.stdout[-4000:]
     finally:
         # The documented recovery (docs/maru.md): restart maru-server, which drops every region.
         # maru-server keeps KV metadata in memory only: the Maru workers on its host are PartOf= it
