@@ -106,7 +106,7 @@ def test_drift_runs_only_what_drifted_then_nothing():
     assert worker["drift"][0].startswith("unit dynamo-worker@%s.service: it is now " % mocker), worker["drift"]
     assert task_results(doc, "dynamo_worker", "Configure the worker units")[worker_host].get("skipped")
     watch = task_results(doc, "dynamo_worker", "Start and watch on their host (unit state, own /health) the workers, wave after wave")
-    assert watch[worker_host]["started"] == [mocker] and mocker in watch[worker_host]["ready"], watch[worker_host]
+    assert watch[worker_host]["started_units"] == [mocker] and mocker in watch[worker_host]["ready"], watch[worker_host]
     for target, unit in ((FRONTEND, "dynamo-frontend"), (worker_host, "dynamo-worker@%s" % mocker)):
         assert SB.podman_exec(target, "systemctl is-active %s" % unit).strip() == "active"
     # No other role's body ran anywhere (a start-only role may enter its body to start units only).
