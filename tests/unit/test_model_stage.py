@@ -5,8 +5,6 @@
 """roles/dynamo_worker/files/model-stage (the staging of a worker's model before it starts):
 local model directories, a Hugging Face download (a stand-in for huggingface_hub), the offline
 cache check, the token on stdin and kept out of messages, and the size it reports."""
-import importlib.machinery
-import importlib.util
 import io
 import json
 import os
@@ -15,16 +13,14 @@ import sys
 
 import pytest
 
+from lib.unit import load_script
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(REPO, "roles", "dynamo_worker", "files", "model-stage")
 
 
 def load():
-    loader = importlib.machinery.SourceFileLoader("model_stage", SCRIPT)
-    spec = importlib.util.spec_from_loader("model_stage", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "model_stage")
 
 
 @pytest.fixture

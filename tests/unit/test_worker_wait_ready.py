@@ -5,8 +5,6 @@
 """roles/dynamo_worker/files/worker-wait-ready (the ExecStartPost= gate of same-GPU workers) against a
 local HTTP server that answers like a worker's system port: 503 notready, then 200 ready."""
 import http.server
-import importlib.machinery
-import importlib.util
 import io
 import json
 import os
@@ -17,16 +15,14 @@ import threading
 
 import pytest
 
+from lib.unit import load_script
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SCRIPT = os.path.join(REPO, "roles", "dynamo_worker", "files", "worker-wait-ready")
 
 
 def load():
-    loader = importlib.machinery.SourceFileLoader("worker_wait_ready", SCRIPT)
-    spec = importlib.util.spec_from_loader("worker_wait_ready", loader)
-    mod = importlib.util.module_from_spec(spec)
-    loader.exec_module(mod)
-    return mod
+    return load_script(SCRIPT, "worker_wait_ready")
 
 
 @pytest.fixture
