@@ -13,6 +13,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text
@@ -127,9 +128,9 @@ def hit_rate(metrics_text):
 # raised logs "MaruHandler creation failed" and backs off 5 s.
 MARU_KV_ERRORS = (("save", "Maru save error: "), ("store", "Maru store failed: "), ("load", "Maru load error: "),
                   ("connect", "Failed to connect to MaruServer at "), ("handler", "MaruHandler creation failed"))
-# journalctl --grep pattern for the same lines (the count below re-checks each line).
-MARU_KV_ERROR_PATTERN = ("Maru (save error|store failed|load error): |Failed to connect to MaruServer at "
-                         "|MaruHandler creation failed")
+# journalctl --grep pattern (PCRE2) for the same lines, from the same markers (the count below
+# re-checks each line).
+MARU_KV_ERROR_PATTERN = "|".join(re.escape(marker) for dummy, marker in MARU_KV_ERRORS)
 
 
 def kv_store_errors(lines):
