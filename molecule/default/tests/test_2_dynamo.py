@@ -3,9 +3,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Dynamo: units, listen addresses, every worker answering a direct-routed completion, start order."""
+import re
+
 import pytest
 
-from conftest import FRONTEND, address, completion, generate_instances, instance_of, workers
+from conftest import FRONTEND, HOSTVARS, address, completion, generate_instances, instance_of, workers
 
 WORKERS = list(workers())
 IDS = ["%s/%s" % (h, w["name"]) for h, w in WORKERS]
@@ -68,3 +70,20 @@ def test_same_gpu_workers_started_one_after_another(hosts):
 def test_workers_on_different_gpus_started_together(hosts):
     times = _start_times(hosts["sb3"], ["mock-a", "mock-b"])
     assert abs(times["mock-b"] - times["mock-a"]) < 3, times
+
+
+def test_model_allowance_reaches_boot_wait_and_liveness_grace(hosts):
+    """The readiness timeout with the staged model's allowance (dynamo_worker_ready_timeout + 10 s per
+    GiB, or part of one, of the largest model: tasks/models.yml) is also what vllm-a's boot-time gate
+    for its same-GPU successor waits at most, and the liveness probe's start grace: a worker loading
+    a large model is neither overtaken by its successor nor restarted as hung."""
+    h = hosts["sb2"]
+    model = {w["model"] for w in HOSTVARS["sb2"]["dynamo_workers"]}
+    assert len(model) == 1, model
+    size = sum(int(line) for line in h.check_output("find -L %s -type f -printf '%%s\\n'" % model.pop()).split())
+    expected = int(HOSTVARS["sb2"].get("dynamo_worker_ready_timeout", 300)) + 10 * -(-size // (1 << 30))
+    assert expected > int(HOSTVARS["sb2"].get("dynamo_worker_ready_timeout", 300)), expected
+    health = h.file("/etc/systemd/system/dynamo-worker-health.service").content_string
+    assert re.search(r"--start-grace %d\b" % expected, health), health
+    gate = h.file("/etc/systemd/system/dynamo-worker@vllm-a.service.d/10-exec.conf").content_string
+    assert re.search(r"/health --timeout %d\b" % expected, gate), gate
