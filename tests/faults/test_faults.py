@@ -508,7 +508,9 @@ def _main_pids(hostname, names):
 def test_fault_12_pool_full(stack, record):
     """the Maru pool full (its free space held by another instance) when worker A starts: verify.yml
     fails naming the full pool, its free space and A's allocation, and A's failed stores, which
-    status.yml names too; restarting maru-server recovers"""
+    status.yml names too; restarting maru-server recovers, and here the pool's liveness probe does
+    it: maru-server is frozen (SIGSTOP; its unit stays active, its port accepts) and
+    maru-pool-health.timer restarts it after 3 unanswered heartbeats"""
     hostname, worker = VLLM[0]
     unit = "dynamo-worker@%s" % worker["name"]
     # The maru-server this worker uses, as its unit names it (the ExecStartPre readiness gate).
@@ -542,15 +544,23 @@ def test_fault_12_pool_full(stack, record):
         local = [w["name"] for h, w in VLLM if h == pool_host and "maru-server.service" in
                  F.sh(h, "systemctl show -p PartOf --value dynamo-worker@%s" % w["name"]).split()]
         before = _main_pids(pool_host, local)
+        server_pid = F.sh(pool_host, "systemctl show -p MainPID --value maru-server").strip()
         t0 = time.monotonic()
-        F.sh(pool_host, "systemctl restart maru-server")
+        F.sh(pool_host, "kill -STOP %s" % server_pid)
+        # Its liveness probe (maru_pool_health_interval, 3 failed heartbeats) restarts it.
+        F.wait_for(lambda: F.sh(pool_host, "systemctl show -p MainPID --value maru-server").strip() not in ("0", server_pid),
+                   timeout=120, interval=F.POLL, what="the pool's liveness probe to restart the frozen maru-server")
+        record["probe_restart_s"] = round(time.monotonic() - t0, 1)
+        probe_log = F.sh(pool_host, "journalctl --no-pager -o cat -n 200 -u maru-pool-health.service")
+        assert re.search(r"maru-server\.service restarted: 3 failed probes in a row, last: ", probe_log), probe_log[-2000:]
         # Same-GPU workers restart one after another, each once the previous one is ready.
         F.wait_for(lambda: all(pid not in ("0", before[n]) for n, pid in _main_pids(pool_host, local).items()),
                    timeout=600, interval=F.POLL, what="the workers on the pool's host to restart with maru-server")
         F.wait_all_serving(timeout=300)
         record["recovery_s"] = time.monotonic() - t0
     assert local, "no Maru worker on the pool's host %s is PartOf maru-server" % pool_host
-    record["note"] += "; restarted with maru-server (PartOf=): %s" % ", ".join(local)
+    record["note"] += "; frozen maru-server restarted by its liveness probe after %s s, with it (PartOf=): %s" % (
+        record.get("probe_restart_s"), ", ".join(local))
     finish(stack, record)
 
 

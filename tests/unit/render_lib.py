@@ -125,6 +125,9 @@ RENDER = """
                + ([{'dest': '/etc/udev/rules.d/70-maru-dax.rules', 'src': '%(maru_pool)s/70-maru-dax.rules.j2'}] if maru_pool_udev_rule | bool else [])
                + ([{'dest': '/etc/udev/rules.d/71-maru-dax-hotplug.rules', 'src': '%(maru_pool)s/71-maru-dax-hotplug.rules.j2'}]
                   if maru_pool_udev_hotplug_hup | bool else [])
+               + ([{'dest': '/etc/systemd/system/' ~ __maru_pool_health_unit ~ '.service', 'src': '%(maru_pool)s/maru-pool-health.service.j2'},
+                   {'dest': '/etc/systemd/system/' ~ __maru_pool_health_unit ~ '.timer', 'src': '%(maru_pool)s/maru-pool-health.timer.j2'}]
+                  if __maru_pool_health_active | bool else [])
                + ((__maru_pool_clients | map('community.general.dict_kv', 'item')
                    | map('combine', {'src': '%(maru_pool)s/lmcache-maru.yaml.j2'}) | list) if maru_pool_connector == 'lmcache' else []))
               if inventory_hostname in groups['maru_pool'] | default([]) else [] }}"

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 
-from conftest import HOSTVARS, REPO, address, group, workers
+from conftest import HOSTVARS, REPO, address, group, wait_for, workers
 
 # The collection's module_utils by FQCN: collections/ links to this checkout.
 if os.path.join(REPO, "collections") not in sys.path:
@@ -37,6 +37,24 @@ def test_resource_manager_serves_one_fsdax_pool(hosts):
     out = hosts[POOL].check_output("maru_test_client -H %s -p 9850 stats" % address(POOL))
     assert re.search(r"Pools:\s*1\b", out), out
     assert "FS_DAX" in out and MOUNT in out, out
+
+
+def test_liveness_probe_hears_both_pool_services(hosts):
+    """maru-pool-health.timer runs, and its last rounds heard the resource manager (pool statistics)
+    and maru-server (heartbeat) of their current invocations: both probes speak upstream Maru's own
+    protocols and get answers (a frozen maru-server is fault 12's recovery)."""
+    h = hosts[POOL]
+    timer = h.service("maru-pool-health.timer")
+    assert timer.is_running and timer.is_enabled
+
+    def heard():
+        state = json.loads(h.check_output("cat /run/maru-pool-health/state.json 2>/dev/null || echo {}"))
+        current = dict((u, h.check_output("systemctl show -p InvocationID --value %s" % u).strip())
+                       for u in ("maru-resource-manager.service", "maru-server.service"))
+        return all(state.get(u, {}).get("live") and state[u].get("invocation") == inv for u, inv in current.items()) and state
+    state = wait_for(heard, timeout=30, interval=1, what="the pool's liveness probe to hear both services")
+    assert all(entry["failures"] == 0 for entry in state.values()), state
+    assert "restarted" not in h.check_output("journalctl --no-pager -o cat -u maru-pool-health.service"), "a pool service was restarted"
 
 
 def test_pool_files_belong_to_the_workers_account(hosts):
