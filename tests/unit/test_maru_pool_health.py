@@ -99,10 +99,11 @@ def test_a_probe_that_never_returns_fails_within_the_timeout():
     assert took < 5, took
 
 
-def test_a_probe_that_raises_is_a_failure_naming_the_error():
+def test_a_probe_that_raises_is_a_failure_naming_the_error_on_one_line():
     def boom():
-        raise ConnectionRefusedError("[Errno 111] Connection refused")
-    assert MPH.probe_all({RM: boom}, 1) == {RM: (False, "ConnectionRefusedError: [Errno 111] Connection refused")}
+        raise ConnectionError("Resource manager is not running (address: 127.0.0.1:1).\nStart it first: ...")
+    assert MPH.probe_all({RM: boom}, 1) == {
+        RM: (False, "ConnectionError: Resource manager is not running (address: 127.0.0.1:1). Start it first: ...")}
 
 
 def test_parse_units_reads_systemctl_show_blocks():
