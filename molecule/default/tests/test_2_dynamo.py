@@ -84,6 +84,6 @@ def test_model_allowance_reaches_boot_wait_and_liveness_grace(hosts):
     expected = int(HOSTVARS["sb2"].get("dynamo_worker_ready_timeout", 300)) + 10 * -(-size // (1 << 30))
     assert expected > int(HOSTVARS["sb2"].get("dynamo_worker_ready_timeout", 300)), expected
     health = h.file("/etc/systemd/system/dynamo-worker-health.service").content_string
-    assert re.search(r"--start-grace %d\b" % expected, health), health
+    assert re.search(r'"--start-grace" "%d"' % expected, health), health  # (argv quoted: systemd_command)
     gate = h.file("/etc/systemd/system/dynamo-worker@vllm-a.service.d/10-exec.conf").content_string
     assert re.search(r"/health --timeout %d\b" % expected, gate), gate
