@@ -3,8 +3,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """roles/kvcr/files/kvcr_ready.py (the units' readiness gate) against real local sockets and HTTP servers."""
+import base64
 import http.server
 import importlib.util
+import json
 import os
 import socket
 import subprocess
@@ -187,3 +189,138 @@ def test_watch_probe_against_a_real_socket(tmp_path, sock_path):
     units = Units()
     action, dummy = ready.watch("u", str(tmp_path), 1, lambda: ready.unix_accepts(sock_path, 1.0), units.is_active, units.restart)
     assert action.startswith("restarted after 1 failed probes") and units.restarts == ["u"]
+
+
+# ---------------------------------------------------------------- attach (state-agent re-attach)
+
+with open(os.path.join(REPO, "tests", "fixtures", "kvcr", "state_agent_etcd.json")) as _handle:
+    ETCD = json.load(_handle)
+WORKERS = dict((k, int(v, 16)) for k, v in ETCD["workers"].items())
+
+
+def values(snapshot):
+    return [base64.b64decode(kv["value"]).decode() for kv in ETCD[snapshot]["kvs"]]
+
+
+def test_split_records_reads_the_real_agent_records():
+    hosts, intents = ready.split_records(values("two_hosts"))
+    assert len(hosts) == 2 and len(intents) == 1
+    hosts, intents = ready.split_records(values("attached"))
+    assert len(hosts) == 1 and len(intents) == 2
+    assert all(i["target_host"]["instance_id"] == hosts[0] for i in intents)
+    # anything else under the prefix, or not JSON, is ignored
+    assert ready.split_records(["not json", json.dumps({"topic": "other", "metadata": {}})]) == ([], [])
+
+
+def test_attach_verdict_on_the_captured_restart():
+    def verdict(worker, snapshot):
+        hosts, intents = ready.split_records(values(snapshot))
+        return ready.attach_verdict({WORKERS[worker]}, hosts, intents)
+
+    # the old advertisement lingers: two live hosts, nothing is decided yet
+    assert verdict("kvh2_stale", "two_hosts") == (False, "2 live state-agent hosts")
+    # one live host and kvh2's only intent targets the old incarnation: stale
+    stale, reason = verdict("kvh2_stale", "stale")
+    assert stale and reason.startswith("worker %x attached to state-agent host " % WORKERS["kvh2_stale"])
+    # kvh1 (restarted with the agent, PartOf=) attached to the live one
+    assert verdict("kvh1", "stale")[0] is False
+    assert verdict("kvh1", "stale")[1].startswith("attached to state-agent host")
+    # after the re-attach: both attached
+    assert verdict("kvh2_reattached", "attached")[0] is False and verdict("kvh1", "attached")[0] is False
+    # a worker with no intent (a mocker, or not attached yet) is not stale
+    assert ready.attach_verdict({12345}, *ready.split_records(values("stale")))[0] is False
+    assert ready.attach_verdict(set(), *ready.split_records(values("stale")))[0] is False
+
+
+def test_attach_verdict_an_old_intent_beside_a_live_one_is_fine():
+    hosts, intents = ready.split_records(values("attached"))
+    old = dict(intents[0], target_host={"instance_id": 1})
+    assert ready.attach_verdict({int(intents[0]["worker"]["worker_id"])}, hosts, intents + [old])[0] is False
+    assert ready.attach_verdict({int(intents[0]["worker"]["worker_id"])}, hosts, [old])[0] is True
+
+
+def test_worker_ids_from_metrics():
+    text = ('dynamo_component_requests_total{dynamo_component="backend",worker_id="1ff6a23f800f4d27"} 3\n'
+            'dynamo_component_uptime_seconds{worker_id="1ff6a23f800f4d27"} 9\n')
+    assert ready.worker_ids(text) == {WORKERS["kvh2_reattached"]}
+    assert ready.worker_ids("up 1\n") == set()
+
+
+class Gateway(http.server.BaseHTTPRequestHandler):
+    """Test double of etcd's v3 JSON gateway (/v3/kv/range only), serving one captured snapshot."""
+    snapshot = "stale"
+    seen = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        Gateway.seen.append((self.path, base64.b64decode(body["key"]).decode(), base64.b64decode(body["range_end"]).decode()))
+        payload = json.dumps(ETCD[Gateway.snapshot]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+class Metrics(http.server.BaseHTTPRequestHandler):
+    worker = "kvh2_stale"
+
+    def do_GET(self):  # noqa: N802
+        payload = ('dynamo_component_uptime_seconds{worker_id="%x"} 9\n' % WORKERS[Metrics.worker]).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def serve(handler):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def test_attach_probe_and_watch_over_http(tmp_path):
+    etcd, metrics = serve(Gateway), serve(Metrics)
+    try:
+        env = {"ETCD_ENDPOINTS": "http://127.0.0.1:1,http://127.0.0.1:%d" % etcd.server_port}
+        url = "http://127.0.0.1:%d/metrics" % metrics.server_port
+        Gateway.snapshot, Metrics.worker = "stale", "kvh2_stale"
+        ok, reason = ready.attach_probe(url, "dynamo", env, 2)
+        assert not ok and "the live host is" in reason
+        # the agent's prefix, range_end its successor (a prefix range); the closed first endpoint was skipped
+        path, key, end = Gateway.seen[-1]
+        assert path == "/v3/kv/range" and key == "v1/event_sources/namespace/dynamo/component/kv_state_agent/topic/"
+        assert end == key[:-1] + "0"
+        units = Units()
+        state = str(tmp_path)
+
+        def probe():
+            return ready.attach_probe(url, "dynamo", env, 2)
+        assert ready.watch("w", state, 3, probe, units.is_active, units.restart, label="attach")[1] == 1
+        # the attach count is kept apart from the liveness count of the same unit
+        assert ready.watch("w", state, 3, lambda: (True, ""), units.is_active, units.restart) == ("ok", 0)
+        assert ready.watch("w", state, 3, probe, units.is_active, units.restart, label="attach")[1] == 2
+        action, dummy = ready.watch("w", state, 3, probe, units.is_active, units.restart, label="attach")
+        assert action.startswith("restarted after 3 failed probes") and units.restarts == ["w"]
+        Gateway.snapshot, Metrics.worker = "attached", "kvh2_reattached"
+        assert ready.attach_probe(url, "dynamo", env, 2)[0] is True
+        # etcd or the worker unreachable: not this probe's business (never a restart)
+        Gateway.snapshot, Metrics.worker = "stale", "kvh2_stale"
+        assert ready.attach_probe("http://127.0.0.1:1/metrics", "dynamo", env, 1) == (
+            True, "worker /metrics: GET http://127.0.0.1:1/metrics: [Errno 111] Connection refused")
+        ok, reason = ready.attach_probe(url, "dynamo", {"ETCD_ENDPOINTS": "http://127.0.0.1:1"}, 1)
+        assert ok and reason.startswith("etcd range v1/event_sources/namespace/dynamo/component/kv_state_agent/topic/: http://127.0.0.1:1")
+    finally:
+        etcd.shutdown()
+        metrics.shutdown()
+
+
+def test_attach_usage():
+    assert run("attach", "--unit", "u").returncode == 2
+    assert run("attach", "--unit", "u", "--state-dir", "/tmp", "--metrics-url", "http://127.0.0.1:1/m", "--namespace", "d",
+               "--failures", "0").returncode == 2

@@ -15,6 +15,15 @@
   kvcr-ready watch --unit U --state-dir D [--failures 3] [--timeout 4] unix|http TARGET
       one health probe of an active unit (the seed's 5 s liveness probe, run by a timer): after
       --failures consecutive failed probes it restarts the unit. An inactive unit is not probed.
+  kvcr-ready attach --unit dynamo-worker@W.service --state-dir D --metrics-url URL --namespace NS
+                    [--failures 3] [--timeout 4]
+      one re-attach probe of a KVCR engine (ETCD_ENDPOINTS and ETCD_AUTH_* from the environment,
+      the Dynamo units' etcd client file). An engine registers its KV state-agent attachment intent
+      once, at start, for the one state-agent host incarnation live then (Dynamo 1.6.1 never
+      re-selects it); a restarted agent is a new incarnation and ignores that intent. When the
+      worker's intent (its worker_id from URL) targets another incarnation than the one live host,
+      for --failures probes in a row, the worker is restarted so that it attaches again. No intent
+      (not started yet, or not an attaching engine), no live host or several: nothing to do.
 
 Exit 0 when ready, 1 when the deadline passes (the last reason is printed on stderr),
 2 on bad usage. SIGTERM from systemd (TimeoutStartSec, stop) ends it at once. watch exits 0
@@ -22,11 +31,16 @@ unless it cannot keep its count or restart the unit.
 """
 
 import argparse
+import base64
+import json
 import os
 import re
+import shutil
 import socket
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -87,13 +101,14 @@ def env_errors(specs, environ):
     return errors
 
 
-def _state_file(state_dir, unit):
-    return os.path.join(state_dir, re.sub(r"[^A-Za-z0-9@._-]", "_", unit) + ".failures")
+def _state_file(state_dir, unit, label=""):
+    return os.path.join(state_dir, re.sub(r"[^A-Za-z0-9@._-]", "_", unit) + (("." + label) if label else "") + ".failures")
 
 
-def watch(unit, state_dir, failures, probe, is_active, restart):
-    """One supervision step. Returns (action, count): ok, inactive, failed (count so far) or restarted."""
-    path = _state_file(state_dir, unit)
+def watch(unit, state_dir, failures, probe, is_active, restart, label=""):
+    """One supervision step. Returns (action, count): ok, inactive, failed (count so far) or restarted.
+    label keeps the count of another probe of the same unit apart."""
+    path = _state_file(state_dir, unit, label)
     if not is_active(unit):
         if os.path.exists(path):
             os.unlink(path)
@@ -117,6 +132,121 @@ def watch(unit, state_dir, failures, probe, is_active, restart):
         os.unlink(path)
     restart(unit)
     return "restarted after %d failed probes, last: %s" % (count, reason), count
+
+
+HOST_TOPIC = "kv-state-hosts-v2"
+INTENT_TOPIC = "kv-state-attachment-intents-v2"
+WORKER_ID_RE = re.compile(r'worker_id="([0-9a-fA-F]+)"')
+
+
+def agent_prefix(namespace):
+    """The etcd prefix of the state agent's discovery records (Dynamo 1.6.1 event sources)."""
+    return "v1/event_sources/namespace/%s/component/kv_state_agent/topic/" % namespace
+
+
+def worker_ids(metrics_text):
+    """The instance ids a Dynamo worker's /metrics names (worker_id labels, hex) as ints."""
+    return set(int(m, 16) for m in WORKER_ID_RE.findall(metrics_text or ""))
+
+
+def split_records(values):
+    """(hosts, intents) from the JSON values under agent_prefix(): the live V2 host advertisements'
+    host instance ids and the attachment intents (metadata dicts)."""
+    hosts, intents = [], []
+    for value in values:
+        try:
+            record = json.loads(value)
+        except ValueError:
+            continue
+        meta = record.get("metadata") or {}
+        if record.get("topic") == HOST_TOPIC:
+            host = meta.get("host_instance") or {}
+            if meta.get("protocol_version") == "v2" and host == meta.get("control_target") and "instance_id" in host:
+                hosts.append(int(host["instance_id"]))
+        elif record.get("topic") == INTENT_TOPIC:
+            intents.append(meta)
+    return hosts, intents
+
+
+def attach_verdict(ids, hosts, intents):
+    """(stale, reason) for the worker whose instance ids are ids.
+
+    stale is True only when the worker has an intent, exactly one state-agent host is live and
+    none of the worker's intents targets it (an old intent of a killed process may linger until its
+    lease expires: one that targets the live host is enough)."""
+    mine = [i for i in intents if int((i.get("worker") or {}).get("worker_id", -1)) in ids]
+    if not ids:
+        return False, "no worker id in /metrics"
+    if not mine:
+        return False, "no attachment intent of worker %s" % ", ".join("%x" % i for i in sorted(ids))
+    if len(hosts) != 1:
+        return False, "%d live state-agent hosts" % len(hosts)
+    targets = sorted(set(int((i.get("target_host") or {}).get("instance_id", -1)) for i in mine))
+    if hosts[0] in targets:
+        return False, "attached to state-agent host %x" % hosts[0]
+    return True, "worker %s attached to state-agent host %s, the live host is %x" % (
+        ", ".join("%x" % i for i in sorted(ids)), ", ".join("%x" % t for t in targets), hosts[0])
+
+
+def etcd_range(prefix, environ, timeout):
+    """The values under prefix through etcd's v3 JSON gateway (the endpoints of ETCD_ENDPOINTS in
+    turn; TLS with ETCD_AUTH_CA / ETCD_AUTH_CLIENT_CERT / ETCD_AUTH_CLIENT_KEY, which hold PEM text)."""
+    key = prefix.encode()
+    end = key[:-1] + bytes([key[-1] + 1])
+    body = json.dumps({"key": base64.b64encode(key).decode(), "range_end": base64.b64encode(end).decode()}).encode()
+    context = None
+    tmp = None
+    try:
+        if environ.get("ETCD_AUTH_CA") or environ.get("ETCD_AUTH_CLIENT_CERT"):
+            tmp = tempfile.mkdtemp(prefix="kvcr-ready-")
+            paths = {}
+            for name in ("ETCD_AUTH_CA", "ETCD_AUTH_CLIENT_CERT", "ETCD_AUTH_CLIENT_KEY"):
+                if environ.get(name):
+                    paths[name] = os.path.join(tmp, name)
+                    with os.fdopen(os.open(paths[name], os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
+                        handle.write(environ[name])
+            context = ssl.create_default_context(cafile=paths.get("ETCD_AUTH_CA"))
+            if "ETCD_AUTH_CLIENT_CERT" in paths:
+                context.load_cert_chain(paths["ETCD_AUTH_CLIENT_CERT"], paths.get("ETCD_AUTH_CLIENT_KEY"))
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+        errors = []
+        for endpoint in [e.strip() for e in environ.get("ETCD_ENDPOINTS", "").split(",") if e.strip()]:
+            request = urllib.request.Request(endpoint.rstrip("/") + "/v3/kv/range", data=body, method="POST")
+            try:
+                with opener.open(request, timeout=timeout) as resp:
+                    kvs = json.loads(resp.read().decode("utf-8")).get("kvs") or []
+                return [base64.b64decode(kv.get("value", "")).decode("utf-8", "replace") for kv in kvs]
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                errors.append("%s: %s" % (endpoint, getattr(exc, "reason", exc)))
+        raise OSError("etcd range %s: %s" % (prefix, "; ".join(errors) or "ETCD_ENDPOINTS is unset"))
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def attach_probe(metrics_url, namespace, environ, timeout):
+    """(ok, reason) of one re-attach probe: ok is False only for a stale attachment. A worker or
+    etcd that does not answer is not this probe's business (the worker's liveness, etcd's health)."""
+    try:
+        ids = worker_ids(http_text(metrics_url, timeout))
+    except OSError as exc:
+        return True, "worker /metrics: %s" % exc
+    try:
+        hosts, intents = split_records(etcd_range(agent_prefix(namespace), environ, timeout))
+    except OSError as exc:
+        return True, str(exc)
+    stale, reason = attach_verdict(ids, hosts, intents)
+    return not stale, reason
+
+
+def http_text(url, timeout):
+    """The body of GET url (200 only), else OSError."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=timeout) as resp:
+            return resp.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError) as exc:
+        raise OSError("GET %s: %s" % (url, getattr(exc, "reason", exc))) from exc
 
 
 def _systemctl_is_active(unit):
@@ -157,6 +287,23 @@ def main(argv=None):
                               _systemctl_is_active, _systemctl_restart)
         if action not in ("ok", "inactive"):
             print("kvcr-ready: %s %s %s: %s" % (args.unit, args.kind, args.target, action), file=sys.stderr)
+        return 0
+    if argv[:1] == ["attach"]:
+        parser = argparse.ArgumentParser(prog="kvcr-ready attach")
+        parser.add_argument("--unit", required=True)
+        parser.add_argument("--state-dir", required=True)
+        parser.add_argument("--metrics-url", required=True)
+        parser.add_argument("--namespace", required=True)
+        parser.add_argument("--failures", type=int, default=3)
+        parser.add_argument("--timeout", type=float, default=4.0)
+        args = parser.parse_args(argv[1:])
+        if args.failures < 1 or args.timeout <= 0:
+            parser.error("--failures must be >= 1 and --timeout > 0")
+        action, count = watch(args.unit, args.state_dir, args.failures,
+                              lambda: attach_probe(args.metrics_url, args.namespace, os.environ, args.timeout),
+                              _systemctl_is_active, _systemctl_restart, label="attach")
+        if action not in ("ok", "inactive"):
+            print("kvcr-ready: %s re-attach: %s" % (args.unit, action), file=sys.stderr)
         return 0
     parser = argparse.ArgumentParser(prog="kvcr-ready", description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("kind", choices=["unix", "http"])

@@ -17,7 +17,14 @@ real   - a Dynamo 1.6.1 worker (dynamo.common.backend LLMEngine + Worker): regis
        - when that process is SIGKILLed, the real kvcr-service sees the pidfd close and promotes the
          Guard (``KVCR_EVENT guard_promoted``); this main process then exits like a worker whose
          engine died, so systemd's Restart= (or guard_recovery.yml's hold) decides what follows;
-       - the answer is a deterministic function of the prompt tokens (same prompt, same answer).
+       - the answer is a deterministic function of the prompt tokens (same prompt, same answer);
+       - its KV state-agent attachment: at start, as dynamo.vllm's ``start_attachment_owner`` does,
+         a Dynamo 1.6.1 ``KvStateAttachmentOwner`` registers the attachment intent (this worker's
+         id, the cache owner id and raw KV-event endpoint of its kv_transfer_config) for the one live
+         state-agent host, waiting up to 30 s for one, else the worker fails to start; the real
+         kv_state_agent attaches a slot for it. It runs in a child process (``--attach``: the
+         worker's own runtime is not reachable from an LLMEngine), lives exactly as long as this
+         process, and never re-selects the host, as 1.6.1's owner does not;
 imitated (no vLLM KVCR tier on CPU) - the counters ``vllm:kvcr_transfer_blocks_total{operation}``,
          ``vllm:kv_offload_tiering_{write,read}_bytes_total{tier="1:kvcr"}`` and
          ``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}``: a prompt whose block
@@ -27,6 +34,7 @@ imitated (no vLLM KVCR tier on CPU) - the counters ``vllm:kvcr_transfer_blocks_t
 
 Usage (the worker unit's ExecStart): <venv python> kvcr_worker_standin.py --config <json>
 The engine process: <venv python> kvcr_worker_standin.py --engine-core VLLM::EngineCore --config <json>
+The attachment process: <venv python> kvcr_worker_standin.py --attach <worker id> --config <json>
 """
 
 import argparse
@@ -81,6 +89,38 @@ def engine_core(cfg):
                 cursor += 1
             print("filled %d %d" % (count, count * BLOCK_BYTES), flush=True)
     hold.release()
+    return 0
+
+
+# ---------------------------------------------------------------- attachment process (the intent)
+
+def attach(cfg, worker_id):
+    """Register this worker's KV state-agent attachment intent (Dynamo's own owner) and hold it until
+    stdin closes (the worker stops) or the process is killed with the worker."""
+    import uvloop
+    from dynamo.llm import KvStateAttachmentOwner
+    from dynamo.runtime import dynamo_worker
+
+    extra = cfg["kv_transfer_config"]["kv_connector_extra_config"]
+    agent = extra["dynamo_state_agent"]
+    owner_id = agent["cache_owner_ids"]["0"]
+    namespace = os.environ.get("DYN_NAMESPACE", "dynamo")
+    descriptors = [{
+        "cache_owner_id": owner_id, "global_dp_rank": 0, "kv_state_endpoint": "%s/backend/generate" % namespace,
+        "indexer_domain_id": owner_id.split("/", 1)[0], "kv_block_size": int(cfg.get("block_tokens", 16)),
+        "raw_zmq_endpoint": "tcp://%s:%d" % (agent["raw_advertise_host"], int(cfg["kv_events_port"])), "raw_topic": "",
+        "image_token_id": None, "video_token_id": None, "router_hint_source": None}]
+
+    @dynamo_worker()
+    async def run(runtime):
+        owner = KvStateAttachmentOwner(runtime.endpoint("%s.kvcr_standin.attach" % namespace), worker_id, descriptors)
+        await owner.start()
+        print("attached worker %x" % worker_id, flush=True)
+        import asyncio
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+        await owner.close()
+
+    uvloop.run(run())
     return 0
 
 
@@ -151,6 +191,7 @@ def _make_engine_class():
 
         async def start(self, worker_id):
             self._start_engine()
+            self._attach(worker_id)
             threading.Thread(target=self._watch_engine, daemon=True).start()
             threading.Thread(target=self._learn_peers, daemon=True).start()
             return EngineConfig(
@@ -166,6 +207,27 @@ def _make_engine_class():
             if not line.startswith("claimed "):
                 raise RuntimeError("EngineCore did not claim the KVCR Guard (%r, rc %s)" % (line, self.engine.poll()))
             LOG.info("EngineCore pid %d holds KVCR Guard 0: %s", self.engine.pid, line)
+
+        def _attach(self, worker_id):
+            # The worker's request-plane and system ports are its own: the child takes ephemeral ones.
+            env = dict((k, v) for k, v in os.environ.items() if k not in ("DYN_SYSTEM_PORT", "DYN_TCP_RPC_PORT"))
+            argv = [sys.executable, os.path.abspath(__file__), "--attach", str(int(worker_id)), "--config", self.config_path]
+            self.attachment = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
+                                               env=env, preexec_fn=_die_with_parent)
+            line = self.attachment.stdout.readline().strip()
+            if not line.startswith("attached "):
+                raise RuntimeError("no KV state-agent attachment (%r, rc %s)" % (line, self.attachment.wait()))
+            LOG.info("KV state-agent attachment pid %d: %s", self.attachment.pid, line)
+            threading.Thread(target=self._watch_attachment, daemon=True).start()
+
+        def _watch_attachment(self):
+            rc = self.attachment.wait()
+            if self.stopping:
+                return
+            # In dynamo.vllm the owner lives in the worker process: without it the worker is gone too.
+            LOG.error("KV state-agent attachment pid %d ended (rc %s): the worker exits", self.attachment.pid, rc)
+            logging.shutdown()
+            os._exit(1)
 
         def _watch_engine(self):
             rc = self.engine.wait()
@@ -226,6 +288,13 @@ def _make_engine_class():
 
         async def cleanup(self):
             self.stopping = True
+            attachment = getattr(self, "attachment", None)
+            if attachment is not None and attachment.poll() is None:
+                attachment.stdin.close()
+                try:
+                    attachment.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    attachment.kill()
             if self.engine is not None and self.engine.poll() is None:
                 self.engine.stdin.close()
                 try:
@@ -236,9 +305,20 @@ def _make_engine_class():
     return KvcrStandinEngine
 
 
+def _die_with_parent():
+    # PR_SET_PDEATHSIG: the attachment (and its intent's lease) ends with the worker process.
+    ctypes.CDLL(None, use_errno=True).prctl(1, 9)
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if argv[:1] == ["--attach"]:
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--attach", type=int)
+        parser.add_argument("--config", required=True)
+        args = parser.parse_args(argv)
+        return attach(load_config(args.config), args.attach)
     if argv[:1] == ["--engine-core"]:
         parser = argparse.ArgumentParser()
         parser.add_argument("--engine-core")

@@ -17,7 +17,11 @@ nixl-cu12 1.5.0 from PyPI (the pip steps of group_vars/dynamo.yml). Then creates
   target, hold released, source worker ready again (the vLLM KVCR counters are the double's);
   supervision.yml: agent crash restarts worker 0 (PartOf=), the health timer restarts a hung agent
   and a memory service that lost its socket;
-  playbooks/status.yml and playbooks/verify.yml on this KVCR topology;
+  attached.yml after each of: those agent restarts; a plain agent restart (kvh2's engine, attached
+  to the old agent incarnation, must be restarted by kvh2's attachment probe: "re-attach" in its
+  journal); both hosts rebooted with kvh2 (no agent, no etcd) up first; both rebooted with kvh1 up
+  first: the real agent has both slots active again and both workers are ready;
+  playbooks/status.yml and playbooks/verify.yml on this KVCR topology (verify again after the reboots);
   playbooks/teardown.yml, then after_teardown.yml (no KVCR unit runs, data kept);
 then removes the containers (unless KVH_KVCR_KEEP=1). Prints the time of every step.
 """
@@ -76,6 +80,41 @@ def ok(proc):
     return proc.stdout
 
 
+def podman(*args):
+    return subprocess.run(["podman"] + list(args), capture_output=True, text=True, timeout=300, check=False)
+
+
+def booted(container, timeout=180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = podman("exec", container, "systemctl", "is-system-running").stdout.strip()
+        if state in ("running", "degraded"):
+            return state
+        time.sleep(1)
+    raise AssertionError("%s did not finish booting in %d s" % (container, timeout))
+
+
+def reboot_both(first, second):
+    """Power both hosts off, boot `first`, let it run alone until its worker has tried to start,
+    then boot `second` (the step's duration goes to TIMES)."""
+    t0 = time.monotonic()
+    for name in ("kvshare-k-1", "kvshare-k-2"):
+        assert podman("stop", "--time", "5", name).returncode == 0
+    assert podman("start", first).returncode == 0
+    booted(first)
+    deadline = time.monotonic() + 120
+    while podman("exec", first, "systemctl", "show", "-p", "ExecMainStartTimestampMonotonic", "--value",
+                 "dynamo-worker@kvcr.service").stdout.strip() in ("", "0") and time.monotonic() < deadline:
+        time.sleep(1)
+    assert podman("start", second).returncode == 0
+    booted(second)
+    TIMES.append(("reboot %s first, then %s" % (first, second), time.monotonic() - t0, 0))
+
+
+def attached(since):
+    return ok(playbook(os.path.join(HERE, "attached.yml"), "-e", "kvh_since='%s'" % since))
+
+
 def test_memory_service_variant_on_cpu():
     pb = os.path.join(REPO, "playbooks")
     try:
@@ -101,11 +140,26 @@ def test_memory_service_variant_on_cpu():
 
         sup = ok(playbook(os.path.join(HERE, "supervision.yml")))
         assert "restarted after 3 failed probes" in sup, sup[-4000:]
+        attached("-15min")
+
+        # A restarted state agent is a new incarnation: kvh2's engine must be made to attach again.
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        assert podman("exec", "kvshare-k-1", "systemctl", "restart", "kvcr-state-agent.service").returncode == 0
+        out = attached(since)
+        assert re.search(r"re-attach: restarted after \d+ failed probes, last: worker [0-9a-f]+ attached to "
+                         r"state-agent host [0-9a-f]+, the live host is [0-9a-f]+", out), out[-4000:]
 
         status = ok(playbook(os.path.join(pb, "status.yml")))
         assert "dynamo-worker@kvcr.service" in status and "kvcr_worker_kv_transfer_config" not in status
         assert re.search(r"kvh1\s+kvcr-state-agent\.service\s+active", status), status[-3000:]
         assert re.search(r"kvh2\s+kvcr-service\.service\s+active", status), status[-3000:]
+        ok(playbook(os.path.join(pb, "verify.yml")))
+
+        # Reboots in both orders (kvh1 holds etcd and the agent): every engine attached again.
+        reboot_both("kvshare-k-2", "kvshare-k-1")
+        attached("-10min")
+        reboot_both("kvshare-k-1", "kvshare-k-2")
+        attached("-10min")
         ok(playbook(os.path.join(pb, "verify.yml")))
 
         ok(playbook(os.path.join(pb, "teardown.yml"), "-e", "teardown_skip_confirmation=true"))
