@@ -144,16 +144,10 @@ def kvcr_pool_limit_error(pool_sizes_gb, guard_count, limit_gb):
         return "kvcr_service_pool_sizes_gb / kvcr_service_pool_limit_gb: %s" % exc
 
 
-def kvcr_transport_count(log_text):
-    """How often rc_mlx5 appears in a journal excerpt."""
+def kvcr_transport_proof_errors(sides):
+    """Why the UCX logs {side: [before, after]} do not prove an RDMA (rc_mlx5) resend ([] when they do)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_guard as _kvcr_guard
-    return _kvcr_guard.transport_count(log_text)
-
-
-def kvcr_transport_rise_errors(counts):
-    """rc_mlx5 counts {side: [before, after]} that did not rise across the resend."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_guard as _kvcr_guard
-    return _kvcr_guard.transport_rise_errors(dict((k, tuple(v)) for k, v in (counts or {}).items()))
+    return _kvcr_guard.transport_proof_errors(dict((k, tuple(v)) for k, v in (sides or {}).items()))
 
 
 def kvcr_advertise_host_error(host):
@@ -206,8 +200,7 @@ class FilterModule:
             "kvcr_ucx_envs": kvcr_ucx_envs,
             "kvcr_rdma_transport_errors": kvcr_rdma_transport_errors,
             "kvcr_pool_limit_error": kvcr_pool_limit_error,
-            "kvcr_transport_count": kvcr_transport_count,
-            "kvcr_transport_rise_errors": kvcr_transport_rise_errors,
+            "kvcr_transport_proof_errors": kvcr_transport_proof_errors,
             "kvcr_rdma_errors": kvcr_rdma_errors,
             "kvcr_hca_errors": kvcr_hca_errors,
             "kvcr_memlock_errors": kvcr_memlock_errors,

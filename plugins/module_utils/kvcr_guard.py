@@ -120,6 +120,13 @@ def recovery_errors(baseline, recovered, target_deltas):
 
 
 UCX_TRANSPORT_RE = re.compile(r"\brc_mlx5\b")
+# UCX_PROTO_INFO=y prints one table per protocol selection: a heading row naming the context, the
+# scope (inter-node, intra-node) and the endpoint configuration, then one row per message-size range
+# whose last column names the transport/device (``| 0..8K | short | rc_mlx5/mlx5_0:1 |``).
+UCX_TABLE_HEAD_RE = re.compile(r"\|\s*(ucp_context_\d+)\s+(inter-node|intra-node|[\w-]+)\s+cfg#(\d+)\s*\|")
+UCX_TABLE_ROW_RE = re.compile(r"\|[^|]*\|[^|]*\|\s*([A-Za-z][\w]*)/[^|]*\|\s*$")
+RC_TRANSPORT = "rc_mlx5"
+FALLBACK_TRANSPORTS = ("tcp",)
 
 
 def transport_count(log_text, pattern=UCX_TRANSPORT_RE):
@@ -127,18 +134,59 @@ def transport_count(log_text, pattern=UCX_TRANSPORT_RE):
     return len(pattern.findall(log_text or ""))
 
 
-def transport_rise_errors(counts):
-    """The seed's RDMA proof: the rc_mlx5 count must rise across the resend on each side.
+def selection_tables(log_text):
+    """UCX_PROTO_INFO=y selection tables in journal order: [{"scope", "cfg", "transports"}]."""
+    tables = []
+    for line in (log_text or "").splitlines():
+        head = UCX_TABLE_HEAD_RE.search(line)
+        if head:
+            tables.append({"scope": head.group(2), "cfg": int(head.group(3)), "transports": []})
+            continue
+        row = UCX_TABLE_ROW_RE.search(line)
+        if row and tables:
+            tables[-1]["transports"].append(row.group(1))
+    return tables
 
-    counts: {side label: (count before, count after)}, e.g. {"source gpu-a kvcr-service": (4, 9)}.
+
+def transport_proof_errors(sides):
+    """The RDMA transport proof of a resend, on each side, from one process's own journal.
+
+    sides: {label: (before, after)}, the journal of the side's current process invocation (the
+    source's memory service, the target's worker) read just before and just after the resend.
+
+    UCX prints a selection table once per (worker, endpoint configuration, remote key configuration,
+    operation) in a process's lifetime: when the selection is first made (ucp_proto_select_elem_init,
+    on a cache miss), never again for the same key. So:
+    - tables printed by the resend (inter-node): at least one rc_mlx5 row and no fallback transport
+      (tcp) row; an rc_mlx5 selection seen only before the resend proves nothing then (the seed's
+      rule: a resend over TCP prints a new table);
+    - no table printed by the resend: the resend reused a selection this process made earlier, so
+      this process's inter-node tables must name rc_mlx5 and no fallback transport at all (a
+      repeat recovery between the same processes prints nothing new).
     """
     errors = []
-    for side, (before, after) in sorted(counts.items()):
+    for side, pair in sorted(sides.items()):
+        before, after = (tuple(pair) + (None, None))[:2]
         if before is None or after is None:
-            errors.append("%s: rc_mlx5 count unreadable" % side)
-        elif after <= before:
-            errors.append("%s: rc_mlx5 count did not rise across the resend (%d -> %d): UCX chose no RC transport "
-                          "for it (UCX_PROTO_INFO=y must be set)" % (side, before, after))
+            errors.append("%s: UCX log unreadable" % side)
+            continue
+        earlier = [t for t in selection_tables(before) if t["scope"] == "inter-node"]
+        now = [t for t in selection_tables(after) if t["scope"] == "inter-node"]
+        new = now[len(earlier):]
+        checked = new if new else earlier
+        used = [tr for t in checked for tr in t["transports"]]
+        fallback = sorted(set(tr for tr in used if tr in FALLBACK_TRANSPORTS))
+        if not checked:
+            errors.append("%s: UCX printed no inter-node protocol selection in this process "
+                          "(UCX_PROTO_INFO=y must be set)" % side)
+        elif fallback:
+            errors.append("%s: UCX selected %s for %s inter-node configuration%s (cfg#%s): not RDMA"
+                          % (side, ", ".join(fallback), "the resend's" if new else "this process's",
+                             "s" if len(checked) > 1 else "", ", ".join(str(t["cfg"]) for t in checked)))
+        elif RC_TRANSPORT not in used:
+            errors.append("%s: no %s in %s inter-node selection (%s)"
+                          % (side, RC_TRANSPORT, "the resend's" if new else "this process's",
+                             ", ".join(sorted(set(used))) or "no transport rows"))
     return errors
 
 

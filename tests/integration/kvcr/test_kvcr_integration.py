@@ -12,9 +12,10 @@ nixl-cu12 1.5.0 from PyPI (the pip steps of group_vars/dynamo.yml). Then creates
   site.yml twice (the second run must change nothing), checks.yml (systemd-analyze verify, socket,
   pool, state agent in etcd, worker kill, BindsTo=);
   standin.yml: the KVCR worker test double (tests/doubles/kvcr_engine) replaces the dynamo.mocker;
-  playbooks/guard_recovery.yml: hold, SIGKILL of the engine process only, memory service same PID,
-  real Guard promotion in the real kvcr-service's journal, resend answered identically by the
-  target, hold released, source worker ready again (the vLLM KVCR counters are the double's);
+  playbooks/guard_recovery.yml, twice (a repeat recovery between the same memory services): hold,
+  SIGKILL of the engine process only, memory service same PID, real Guard promotion in the real
+  kvcr-service's journal, resend answered identically by the target, hold released, source worker
+  ready again (the vLLM KVCR counters are the double's);
   supervision.yml: agent crash restarts worker 0 (PartOf=), the health timer restarts a hung agent
   and a memory service that lost its socket;
   attached.yml after each of: those agent restarts; a plain agent restart (kvh2's engine, attached
@@ -126,17 +127,19 @@ def test_memory_service_variant_on_cpu():
         assert "NRestarts 0 -> 0" in ok(playbook(os.path.join(HERE, "checks.yml")))
 
         ok(playbook(os.path.join(HERE, "standin.yml")))
-        guard = ok(playbook(os.path.join(pb, "guard_recovery.yml")))
-        # source and target told apart by the (double's) counters, identical answer after the kill
-        assert re.search(r"source kvh\d \(engine killed, restart held\), target kvh\d", guard), guard[-6000:]
-        assert "identical answer: True" in guard
-        for task in ("Kill the source engine (VLLM::EngineCore in the worker's cgroup only)",
-                     "Check that the memory service neither stopped nor restarted",
-                     "Wait for the Guard promotion in the memory service journal",
-                     "Resend; require the same answer and remote delivery on the target",
-                     "Release the hold", "Wait until the source worker is ready again"):
-            assert "TASK [%s]" % task in guard, task
-        assert not re.search(r"failed=[1-9]", guard)
+        # Twice: a repeat recovery between the same memory services (a promoted Guard claimed again).
+        for dummy in range(2):
+            guard = ok(playbook(os.path.join(pb, "guard_recovery.yml")))
+            # source and target told apart by the (double's) counters, identical answer after the kill
+            assert re.search(r"source kvh\d \(engine killed, restart held\), target kvh\d", guard), guard[-6000:]
+            assert "identical answer: True" in guard
+            for task in ("Kill the source engine (VLLM::EngineCore in the worker's cgroup only)",
+                         "Check that the memory service neither stopped nor restarted",
+                         "Wait for the Guard promotion in the memory service journal",
+                         "Resend; require the same answer and remote delivery on the target",
+                         "Release the hold", "Wait until the source worker is ready again"):
+                assert "TASK [%s]" % task in guard, task
+            assert not re.search(r"failed=[1-9]", guard)
 
         sup = ok(playbook(os.path.join(HERE, "supervision.yml")))
         assert "restarted after 3 failed probes" in sup, sup[-4000:]

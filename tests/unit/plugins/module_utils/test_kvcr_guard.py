@@ -67,26 +67,52 @@ def test_rdma_errors():
     assert "no KVCR payload" in kvcr_guard.rdma_errors(1, 1, 0)[0]
 
 
-# ---------------------------------------------------------------- rc_mlx5 across the resend
+# ---------------------------------------------------------------- rc_mlx5: UCX's per-process selection tables
 
-def test_rc_mlx5_count_rises_on_both_sides():
-    counts = {"source gpu-a kvcr-service.service": (kvcr_guard.transport_count(fixture("ucx_source_before.txt")),
-                                                    kvcr_guard.transport_count(fixture("ucx_source_after.txt"))),
-              "target gpu-b dynamo-worker@kvcr.service": (kvcr_guard.transport_count(fixture("ucx_target_before.txt")),
-                                                          kvcr_guard.transport_count(fixture("ucx_target_after.txt")))}
-    assert counts["source gpu-a kvcr-service.service"] == (2, 4)
-    assert kvcr_guard.transport_rise_errors(counts) == []
+def test_selection_tables_parse_scope_cfg_and_transport():
+    tables = kvcr_guard.selection_tables(fixture("ucx_target_after_tcp.txt"))
+    assert [(t["scope"], t["cfg"], t["transports"]) for t in tables] == [
+        ("inter-node", 1, ["rc_mlx5", "rc_mlx5"]), ("inter-node", 3, ["tcp"])]
+    assert kvcr_guard.selection_tables("KVCR service ready\n| 0..8K | short | rc_mlx5/mlx5_0:1 |\n") == []
 
 
-def test_rc_mlx5_seen_only_before_the_resend_is_no_proof():
-    # the old greps passed on this: rc_mlx5 is in the journal, but the resend went over TCP
-    before = kvcr_guard.transport_count(fixture("ucx_target_before.txt"))
-    after = kvcr_guard.transport_count(fixture("ucx_target_after_tcp.txt"))
-    assert before == after == 2
-    errors = kvcr_guard.transport_rise_errors({"target gpu-b": (before, after), "source gpu-a": (2, 4)})
-    assert errors == ["target gpu-b: rc_mlx5 count did not rise across the resend (2 -> 2): UCX chose no RC "
-                      "transport for it (UCX_PROTO_INFO=y must be set)"]
-    assert "unreadable" in kvcr_guard.transport_rise_errors({"s": (None, 3)})[0]
+def test_rc_mlx5_printed_by_the_resend_on_both_sides():
+    sides = {"source gpu-a kvcr-service.service": (fixture("ucx_source_before.txt"), fixture("ucx_source_after.txt")),
+             "target gpu-b dynamo-worker@kvcr.service": (fixture("ucx_target_before.txt"), fixture("ucx_target_after.txt"))}
+    assert kvcr_guard.transport_count(fixture("ucx_source_after.txt")) == 4
+    assert kvcr_guard.transport_proof_errors(sides) == []
+
+
+def test_rc_mlx5_seen_only_before_a_tcp_resend_is_no_proof():
+    # the old greps passed on this: rc_mlx5 is in the journal, but the resend's new table names tcp
+    errors = kvcr_guard.transport_proof_errors({
+        "target gpu-b": (fixture("ucx_target_before.txt"), fixture("ucx_target_after_tcp.txt")),
+        "source gpu-a": (fixture("ucx_source_before.txt"), fixture("ucx_source_after.txt"))})
+    assert errors == ["target gpu-b: UCX selected tcp for the resend's inter-node configuration (cfg#3): not RDMA"]
+
+
+def test_a_repeat_recovery_between_the_same_processes_prints_nothing_new():
+    # UCX prints a selection once per endpoint configuration per process (ucp_proto_select_elem_init
+    # on a cache miss): a second recovery served by the same memory service and worker processes adds
+    # no table. Their earlier selections (rc_mlx5 only) stand for it.
+    first = fixture("ucx_target_after.txt")
+    source = fixture("ucx_source_after.txt")
+    assert kvcr_guard.transport_proof_errors({"target": (first, first), "source": (source, source)}) == []
+    # ... unless that process ever chose tcp for an inter-node configuration: then nothing shows
+    # which one the resend reused
+    tcp = fixture("ucx_target_after_tcp.txt")
+    assert kvcr_guard.transport_proof_errors({"target": (tcp, tcp)}) == [
+        "target: UCX selected tcp for this process's inter-node configurations (cfg#1, 3): not RDMA"]
+
+
+def test_no_selection_table_or_no_log():
+    assert kvcr_guard.transport_proof_errors({"s": ("KVCR service ready\n", "KVCR service ready\n")}) == [
+        "s: UCX printed no inter-node protocol selection in this process (UCX_PROTO_INFO=y must be set)"]
+    assert kvcr_guard.transport_proof_errors({"s": (None, "x")}) == ["s: UCX log unreadable"]
+    other = ("| ucp_context_0 inter-node cfg#1 | remote memory read |\n"
+             "|  0..inf | zero-copy | rc_verbs/mlx5_0:1 |\n")
+    assert kvcr_guard.transport_proof_errors({"s": ("", other)}) == [
+        "s: no rc_mlx5 in the resend's inter-node selection (rc_verbs)"]
 
 
 def test_transport_count_is_word_bounded():
