@@ -239,6 +239,31 @@ def test_attach_verdict_an_old_intent_beside_a_live_one_is_fine():
     assert ready.attach_verdict({int(intents[0]["worker"]["worker_id"])}, hosts, [old])[0] is True
 
 
+def test_attach_verdict_a_registered_engine_without_intent():
+    # dynamo.vllm serves on without KV routing when its attachment failed at start (no agent within
+    # 30 s, or two advertised): registered in discovery, no intent. Only for engines that must attach.
+    hosts, intents = ready.split_records(values("stale"))
+    kvh2 = WORKERS["kvh2_stale"]
+    others = [i for i in intents if int(i["worker"]["worker_id"]) != kvh2]
+    stale, reason = ready.attach_verdict({kvh2}, hosts, others, registered={kvh2, 7})
+    assert stale and reason == ("worker %x serves without a state-agent attachment (registered, no intent), "
+                                "the live host is %x" % (kvh2, hosts[0]))
+    # not registered yet (still starting): nothing
+    assert ready.attach_verdict({kvh2}, hosts, others, registered={7})[0] is False
+    # not an engine that must attach (a mocker): nothing
+    assert ready.attach_verdict({kvh2}, hosts, others)[0] is False
+    # no live agent, or two: nothing yet
+    assert ready.attach_verdict({kvh2}, [], others, registered={kvh2}) == (False, "0 live state-agent hosts")
+    two, dummy = ready.split_records(values("two_hosts"))
+    assert ready.attach_verdict({kvh2}, two, [], registered={kvh2}) == (False, "2 live state-agent hosts")
+
+
+def test_registered_ids_from_discovery_keys():
+    assert ready.registered_ids(["v1/instances/dynamo/backend/generate/1ff6a23f800f4d27",
+                                 "v1/instances/dynamo/kv_state_agent/control/1ff6a23f800f4cc4", "v1/instances/x/bad/zz"]) == {
+        WORKERS["kvh2_reattached"], int("1ff6a23f800f4cc4", 16)}
+
+
 def test_worker_ids_from_metrics():
     text = ('dynamo_component_requests_total{dynamo_component="backend",worker_id="1ff6a23f800f4d27"} 3\n'
             'dynamo_component_uptime_seconds{worker_id="1ff6a23f800f4d27"} 9\n')
@@ -246,19 +271,30 @@ def test_worker_ids_from_metrics():
     assert ready.worker_ids("up 1\n") == set()
 
 
+def reply(handler, payload):
+    handler.send_response(200)
+    handler.send_header("Content-Length", str(len(payload)))
+    handler.end_headers()
+    handler.wfile.write(payload)
+
+
 class Gateway(http.server.BaseHTTPRequestHandler):
     """Test double of etcd's v3 JSON gateway (/v3/kv/range only), serving one captured snapshot."""
     snapshot = "stale"
     seen = []
 
+    registered = []
+
     def do_POST(self):  # noqa: N802 (http.server's name)
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        Gateway.seen.append((self.path, base64.b64decode(body["key"]).decode(), base64.b64decode(body["range_end"]).decode()))
-        payload = json.dumps(ETCD[Gateway.snapshot]).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        key = base64.b64decode(body["key"]).decode()
+        Gateway.seen.append((self.path, key, base64.b64decode(body["range_end"]).decode(), body.get("keys_only", False)))
+        if key.startswith("v1/instances/"):
+            payload = json.dumps({"kvs": [{"key": base64.b64encode(("%sbackend/generate/%x" % (key, i)).encode()).decode()}
+                                          for i in Gateway.registered]}).encode()
+        else:
+            payload = json.dumps(ETCD[Gateway.snapshot]).encode()
+        reply(self, payload)
 
     def log_message(self, *args):
         pass
@@ -268,11 +304,7 @@ class Metrics(http.server.BaseHTTPRequestHandler):
     worker = "kvh2_stale"
 
     def do_GET(self):  # noqa: N802
-        payload = ('dynamo_component_uptime_seconds{worker_id="%x"} 9\n' % WORKERS[Metrics.worker]).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
+        reply(self, ('dynamo_component_uptime_seconds{worker_id="%x"} 9\n' % WORKERS[Metrics.worker]).encode())
 
     def log_message(self, *args):
         pass
@@ -293,8 +325,9 @@ def test_attach_probe_and_watch_over_http(tmp_path):
         ok, reason = ready.attach_probe(url, "dynamo", env, 2)
         assert not ok and "the live host is" in reason
         # the agent's prefix, range_end its successor (a prefix range); the closed first endpoint was skipped
-        path, key, end = Gateway.seen[-1]
+        path, key, end, keys_only = Gateway.seen[-1]
         assert path == "/v3/kv/range" and key == "v1/event_sources/namespace/dynamo/component/kv_state_agent/topic/"
+        assert not keys_only and len([q for q in Gateway.seen if q[1].startswith("v1/instances/")]) == 0
         assert end == key[:-1] + "0"
         units = Units()
         state = str(tmp_path)
@@ -308,6 +341,19 @@ def test_attach_probe_and_watch_over_http(tmp_path):
         action, dummy = ready.watch("w", state, 3, probe, units.is_active, units.restart, label="attach")
         assert action.startswith("restarted after 3 failed probes") and units.restarts == ["w"]
         Gateway.snapshot, Metrics.worker = "attached", "kvh2_reattached"
+        assert ready.attach_probe(url, "dynamo", env, 2)[0] is True
+        # an engine that must attach, registered without an intent: the registrations are read too
+        Gateway.snapshot, Metrics.worker, Gateway.registered = "stale", "kvh1", []
+        expect = dict(env, KVCR_ATTACH_EXPECT_INTENT="1")
+        assert ready.attach_probe(url, "dynamo", expect, 2)[0] is True
+        Gateway.snapshot = "two_hosts"
+        Gateway.registered = [WORKERS["kvh1"]]
+        assert ready.attach_probe(url, "dynamo", expect, 2) == (True, "2 live state-agent hosts")
+        # kvh2's worker before its re-attach has no intent in the final capture: registered, it is missing
+        Gateway.snapshot, Metrics.worker, Gateway.registered = "attached", "kvh2_stale", [WORKERS["kvh2_stale"]]
+        ok, reason = ready.attach_probe(url, "dynamo", expect, 2)
+        assert not ok and "serves without a state-agent attachment" in reason
+        assert Gateway.seen[-1][1:] == ("v1/instances/dynamo/", "v1/instances/dynamo0", True)
         assert ready.attach_probe(url, "dynamo", env, 2)[0] is True
         # etcd or the worker unreachable: not this probe's business (never a restart)
         Gateway.snapshot, Metrics.worker = "stale", "kvh2_stale"

@@ -22,8 +22,11 @@
       once, at start, for the one state-agent host incarnation live then (Dynamo 1.6.1 never
       re-selects it); a restarted agent is a new incarnation and ignores that intent. When the
       worker's intent (its worker_id from URL) targets another incarnation than the one live host,
-      for --failures probes in a row, the worker is restarted so that it attaches again. No intent
-      (not started yet, or not an attaching engine), no live host or several: nothing to do.
+      for --failures probes in a row, the worker is restarted so that it attaches again. With
+      KVCR_ATTACH_EXPECT_INTENT=1 in the environment (a dynamo.vllm KVCR engine), a worker that is
+      registered in discovery without any intent is restarted too: dynamo.vllm serves on without
+      KV routing when its attachment fails at start (no agent within 30 s, or two advertised).
+      No live host or several, or (without that variable) no intent: nothing to do.
 
 Exit 0 when ready, 1 when the deadline passes (the last reason is printed on stderr),
 2 on bad usage. SIGTERM from systemd (TimeoutStartSec, stop) ends it at once. watch exits 0
@@ -168,32 +171,42 @@ def split_records(values):
     return hosts, intents
 
 
-def attach_verdict(ids, hosts, intents):
+def attach_verdict(ids, hosts, intents, registered=None):
     """(stale, reason) for the worker whose instance ids are ids.
 
-    stale is True only when the worker has an intent, exactly one state-agent host is live and
-    none of the worker's intents targets it (an old intent of a killed process may linger until its
-    lease expires: one that targets the live host is enough)."""
+    stale is True when exactly one state-agent host is live and the worker's intents all target
+    another incarnation (an old intent of a killed process may linger until its lease expires: one
+    that targets the live host is enough), or, with registered (the instance ids registered in
+    discovery; given for engines that must attach), when the worker is registered without any
+    intent (dynamo.vllm serves on without KV routing when its attachment failed)."""
     mine = [i for i in intents if int((i.get("worker") or {}).get("worker_id", -1)) in ids]
+    names = ", ".join("%x" % i for i in sorted(ids))
     if not ids:
         return False, "no worker id in /metrics"
-    if not mine:
-        return False, "no attachment intent of worker %s" % ", ".join("%x" % i for i in sorted(ids))
-    if len(hosts) != 1:
+    if len(hosts) != 1 and (mine or registered is not None):
         return False, "%d live state-agent hosts" % len(hosts)
+    if not mine:
+        if registered is not None and set(ids) & set(registered):
+            return True, "worker %s serves without a state-agent attachment (registered, no intent), the live host is %x" % (
+                names, hosts[0])
+        return False, "no attachment intent of worker %s" % names
     targets = sorted(set(int((i.get("target_host") or {}).get("instance_id", -1)) for i in mine))
     if hosts[0] in targets:
         return False, "attached to state-agent host %x" % hosts[0]
     return True, "worker %s attached to state-agent host %s, the live host is %x" % (
-        ", ".join("%x" % i for i in sorted(ids)), ", ".join("%x" % t for t in targets), hosts[0])
+        names, ", ".join("%x" % t for t in targets), hosts[0])
 
 
-def etcd_range(prefix, environ, timeout):
-    """The values under prefix through etcd's v3 JSON gateway (the endpoints of ETCD_ENDPOINTS in
-    turn; TLS with ETCD_AUTH_CA / ETCD_AUTH_CLIENT_CERT / ETCD_AUTH_CLIENT_KEY, which hold PEM text)."""
+def etcd_range(prefix, environ, timeout, keys_only=False):
+    """The values (or keys) under prefix through etcd's v3 JSON gateway (the endpoints of
+    ETCD_ENDPOINTS in turn; TLS with ETCD_AUTH_CA / ETCD_AUTH_CLIENT_CERT / ETCD_AUTH_CLIENT_KEY,
+    which hold PEM text)."""
     key = prefix.encode()
     end = key[:-1] + bytes([key[-1] + 1])
-    body = json.dumps({"key": base64.b64encode(key).decode(), "range_end": base64.b64encode(end).decode()}).encode()
+    query = {"key": base64.b64encode(key).decode(), "range_end": base64.b64encode(end).decode()}
+    if keys_only:
+        query["keys_only"] = True
+    body = json.dumps(query).encode()
     context = None
     tmp = None
     try:
@@ -215,7 +228,8 @@ def etcd_range(prefix, environ, timeout):
             try:
                 with opener.open(request, timeout=timeout) as resp:
                     kvs = json.loads(resp.read().decode("utf-8")).get("kvs") or []
-                return [base64.b64decode(kv.get("value", "")).decode("utf-8", "replace") for kv in kvs]
+                field = "key" if keys_only else "value"
+                return [base64.b64decode(kv.get(field, "")).decode("utf-8", "replace") for kv in kvs]
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 errors.append("%s: %s" % (endpoint, getattr(exc, "reason", exc)))
         raise OSError("etcd range %s: %s" % (prefix, "; ".join(errors) or "ETCD_ENDPOINTS is unset"))
@@ -224,18 +238,33 @@ def etcd_range(prefix, environ, timeout):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def registered_ids(keys):
+    """Instance ids (ints) from discovery keys ``v1/instances/<ns>/<component>/<endpoint>/<hex id>``."""
+    found = set()
+    for key in keys:
+        try:
+            found.add(int(key.rstrip("/").rsplit("/", 1)[-1], 16))
+        except ValueError:
+            continue
+    return found
+
+
 def attach_probe(metrics_url, namespace, environ, timeout):
-    """(ok, reason) of one re-attach probe: ok is False only for a stale attachment. A worker or
-    etcd that does not answer is not this probe's business (the worker's liveness, etcd's health)."""
+    """(ok, reason) of one re-attach probe: ok is False only for a stale or missing attachment. A
+    worker or etcd that does not answer is not this probe's business (the worker's liveness,
+    etcd's health). KVCR_ATTACH_EXPECT_INTENT=1: the worker is an engine that must attach."""
     try:
         ids = worker_ids(http_text(metrics_url, timeout))
     except OSError as exc:
         return True, "worker /metrics: %s" % exc
     try:
         hosts, intents = split_records(etcd_range(agent_prefix(namespace), environ, timeout))
+        registered = None
+        if environ.get("KVCR_ATTACH_EXPECT_INTENT", "").strip().lower() in ("1", "true", "yes"):
+            registered = registered_ids(etcd_range("v1/instances/%s/" % namespace, environ, timeout, keys_only=True))
     except OSError as exc:
         return True, str(exc)
-    stale, reason = attach_verdict(ids, hosts, intents)
+    stale, reason = attach_verdict(ids, hosts, intents, registered)
     return not stale, reason
 
 

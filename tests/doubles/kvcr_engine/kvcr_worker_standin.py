@@ -21,10 +21,12 @@ real   - a Dynamo 1.6.1 worker (dynamo.common.backend LLMEngine + Worker): regis
        - its KV state-agent attachment: at start, as dynamo.vllm's ``start_attachment_owner`` does,
          a Dynamo 1.6.1 ``KvStateAttachmentOwner`` registers the attachment intent (this worker's
          id, the cache owner id and raw KV-event endpoint of its kv_transfer_config) for the one live
-         state-agent host, waiting up to 30 s for one, else the worker fails to start; the real
-         kv_state_agent attaches a slot for it. It runs in a child process (``--attach``: the
-         worker's own runtime is not reachable from an LLMEngine), lives exactly as long as this
-         process, and never re-selects the host, as 1.6.1's owner does not;
+         state-agent host, waiting up to 30 s for one; when that fails (no host, or two) it logs
+         dynamo.vllm's "KV state-agent attachment setup failed; KV routing remains disabled" and
+         serves on without one, as dynamo.vllm does. The real kv_state_agent attaches a slot for
+         each intent. It runs in a child process (``--attach``: the worker's own runtime is not
+         reachable from an LLMEngine), lives exactly as long as this process, and never re-selects
+         the host, as 1.6.1's owner does not;
 imitated (no vLLM KVCR tier on CPU) - the counters ``vllm:kvcr_transfer_blocks_total{operation}``,
          ``vllm:kv_offload_tiering_{write,read}_bytes_total{tier="1:kvcr"}`` and
          ``vllm:prompt_tokens_by_source_total{source="external_kv_transfer"}``: a prompt whose block
@@ -216,7 +218,11 @@ def _make_engine_class():
                                                env=env, preexec_fn=_die_with_parent)
             line = self.attachment.stdout.readline().strip()
             if not line.startswith("attached "):
-                raise RuntimeError("no KV state-agent attachment (%r, rc %s)" % (line, self.attachment.wait()))
+                # dynamo.vllm (worker_factory): the worker serves on, without KV routing.
+                LOG.error("KV state-agent attachment setup failed; KV routing remains disabled (%r, rc %s)",
+                          line, self.attachment.wait())
+                self.attachment = None
+                return
             LOG.info("KV state-agent attachment pid %d: %s", self.attachment.pid, line)
             threading.Thread(target=self._watch_attachment, daemon=True).start()
 

@@ -20,8 +20,10 @@ nixl-cu12 1.5.0 from PyPI (the pip steps of group_vars/dynamo.yml). Then creates
   and a memory service that lost its socket;
   attached.yml after each of: those agent restarts; a plain agent restart (kvh2's engine, attached
   to the old agent incarnation, must be restarted by kvh2's attachment probe: "re-attach" in its
-  journal); both hosts rebooted with kvh2 (no agent, no etcd) up first; both rebooted with kvh1 up
-  first: the real agent has both slots active again and both workers are ready;
+  journal); kvh2's worker started while the agent is stopped (it serves without an attachment, as
+  dynamo.vllm does after 30 s; its probe must restart it once the agent is back); both hosts
+  rebooted with kvh2 (no agent, no etcd) up first; both rebooted with kvh1 up first: the real agent
+  has both slots active again and both workers are ready;
   playbooks/status.yml and playbooks/verify.yml on this KVCR topology (verify again after the reboots);
   playbooks/teardown.yml, then after_teardown.yml (no KVCR unit runs, data kept);
 then removes the containers (unless KVH_KVCR_KEEP=1). Prints the time of every step.
@@ -151,6 +153,29 @@ def test_memory_service_variant_on_cpu():
         out = attached(since)
         assert re.search(r"re-attach: restarted after \d+ failed probes, last: worker [0-9a-f]+ attached to "
                          r"state-agent host [0-9a-f]+, the live host is [0-9a-f]+", out), out[-4000:]
+
+        # An engine that starts while no agent is live gives up after 30 s and serves without an
+        # attachment (dynamo.vllm does): once the agent is back, kvh2's probe must restart it.
+        # The stopped agent's advertisement stays in etcd until its lease expires (about 30 s); an
+        # engine started before that attaches to it (the stale case above), so wait for it to go.
+        assert podman("exec", "kvshare-k-1", "systemctl", "stop", "kvcr-state-agent.service").returncode == 0
+        deadline = time.monotonic() + 120
+        while podman("exec", "kvshare-k-1", "sh", "-c", "set -a; . /etc/etcd/etcdctl.env; etcdctl get --prefix --keys-only "
+                     "v1/event_sources/namespace/dynamo/component/kv_state_agent/topic/kv-state-hosts-v2/").stdout.strip():
+            assert time.monotonic() < deadline, "the stopped agent's advertisement stayed in etcd"
+            time.sleep(1)
+        since = time.strftime("%Y-%m-%d %H:%M:%S")
+        assert podman("exec", "kvshare-k-2", "systemctl", "restart", "dynamo-worker@kvcr.service").returncode == 0
+        deadline = time.monotonic() + 120
+        while "KV routing remains disabled" not in podman(
+                "exec", "kvshare-k-2", "journalctl", "-u", "dynamo-worker@kvcr.service", "--since", since, "-o", "cat").stdout:
+            assert time.monotonic() < deadline, "kvh2's worker did not give up its attachment"
+            time.sleep(1)
+        assert podman("exec", "kvshare-k-1", "systemctl", "start", "kvcr-state-agent.service",
+                      "dynamo-worker@kvcr.service").returncode == 0
+        out = attached(since)
+        assert re.search(r"re-attach: restarted after \d+ failed probes, last: worker [0-9a-f]+ serves without a "
+                         r"state-agent attachment \(registered, no intent\)", out), out[-4000:]
 
         status = ok(playbook(os.path.join(pb, "status.yml")))
         assert "dynamo-worker@kvcr.service" in status and "kvcr_worker_kv_transfer_config" not in status
