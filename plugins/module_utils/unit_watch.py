@@ -10,6 +10,7 @@ from __future__ import absolute_import, division, print_function
 __metaclass__ = type
 
 import json
+import re
 
 SHOW_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "Result", "ExecMainCode", "ExecMainStatus",
                    "ExecMainPID", "InvocationID")
@@ -125,6 +126,41 @@ def journal_tail(text, lines, exclude=()):
     """The last `lines` lines of a journal excerpt without those containing an excluded string."""
     kept = [line for line in (text or "").splitlines() if not any(x in line for x in exclude or ())]
     return "\n".join(kept[-lines:]) if lines > 0 else ""
+
+
+# A Python exception line (the name may be qualified: "pkg.mod.KVLayoutError: ..."), after any log
+# prefix ("(Worker pid=9) ERROR 12-04 12:29:34 [multiproc_executor.py:1058] ").
+_EXCEPTION = re.compile(r"(?:^|[\s\]'\"(])((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)): (\S.*)$")
+# systemd's line as it starts the unit again: the journal of one run ends before it.
+_STARTING = re.compile(r"^Starting \S+\.service\b")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def journal_cause(text, exclude=()):
+    """The first exception line of the unit's last run that logged one, from a journal excerpt
+    (journalctl -o cat), or "". A crashed engine prints its root cause first: vLLM logs the worker's
+    exception, then re-raises it wrapped ("Worker failed with error ...", "Engine core initialization
+    failed. See root cause above"), and a restart's new run follows; the tail shows only the wrappers."""
+    runs, current = [], []
+    for line in (text or "").splitlines():
+        if _STARTING.match(line):
+            runs.append(current)
+            current = []
+        elif not any(x in line for x in exclude or ()):
+            current.append(_ANSI.sub("", line))
+    runs.append(current)
+    for run in reversed(runs):
+        for line in run:
+            match = _EXCEPTION.search(line)
+            if match:
+                return "%s: %s" % (match.group(1), match.group(2).strip())
+    return ""
+
+
+def final_error(cause, names):
+    """Whether a cause line (journal_cause) is an exception of one of these class names (any module)."""
+    name = (cause or "").split(": ", 1)[0]
+    return bool(cause) and name.rsplit(".", 1)[-1] in set(names or ())
 
 
 def describe(report):

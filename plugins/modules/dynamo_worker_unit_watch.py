@@ -20,7 +20,10 @@ description:
   - A worker has B(crashed) when systemd restarted it automatically O(crash_limit) times during
     the watch (C(NRestarts); C(Restart=always) otherwise hides the exits), or when it stays
     C(failed) for O(failed_grace) seconds (start limit hit). A crash ends the watch at once and
-    fails the task with the unit's last journal lines, unless O(fail_on_crash=false).
+    fails the task with the first error of the unit's last run (RV(cause)) and its last journal
+    lines, unless O(fail_on_crash=false).
+  - A unit whose first automatic restart follows an error named in O(final_errors) has crashed
+    at once, since a restart cannot mend it and each try reloads the model.
   - With O(observe) greater than 0 the module does not stop at readiness; it samples for that many
     seconds and reports what it saw (restarts during the window, states, health), for diagnosis.
   - A watch that runs out of time without a crash does not fail; the caller reads RV(not_ready).
@@ -100,6 +103,16 @@ options:
     description: Seconds a unit may stay C(failed) before it counts as crashed.
     type: float
     default: 15
+  final_errors:
+    description:
+      - Exception class names (without their module) that end the watch at a unit's first automatic
+        restart when the run before it logged one as its first error (RV(cause)), instead of after
+        O(crash_limit) restarts.
+      - The default is the Maru connector's refusal of a KV cache layout, raised once the model is
+        loaded; a second try would load the model again and be refused again.
+    type: list
+    elements: str
+    default: [KVLayoutError]
   observe:
     description: Sample for this many seconds instead of waiting for readiness (0 waits).
     type: float
@@ -198,6 +211,13 @@ crashed:
   elements: str
 journal:
   description: Last journal lines of each crashed unit, by name.
+  returned: always
+  type: dict
+cause:
+  description:
+    - The first exception line of each crashed unit's last run (in this watch) that logged one, by name
+      (empty when none).
+    - The root cause, which a long traceback pushes out of RV(journal) (vLLM logs it before re-raising it wrapped).
   returned: always
   type: dict
 pending:
@@ -300,6 +320,7 @@ def main():
             interval=dict(type="float", default=0.5),
             crash_limit=dict(type="int", default=2),
             failed_grace=dict(type="float", default=15),
+            final_errors=dict(type="list", elements="str", default=["KVLayoutError"]),
             observe=dict(type="float", default=0),
             fail_on_crash=dict(type="bool", default=True),
             journal_lines=dict(type="int", default=40),
@@ -311,7 +332,7 @@ def main():
     if not 0 < p["interval"] <= 1:
         module.fail_json(msg="interval must be > 0 and <= 1 (got %s)" % p["interval"])
     if not p["units"]:
-        module.exit_json(changed=False, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={},
+        module.exit_json(changed=False, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={}, cause={},
                          started_units=[], enabled=[], elapsed_s=0.0)
     waves = sorted(set(u["wave"] for u in p["units"]))
     if p["observe"] > 0 and len(waves) > 1:
@@ -319,11 +340,13 @@ def main():
     systemctl = module.get_bin_path("systemctl", required=True)
     journalctl = module.get_bin_path("journalctl")
     start = time.monotonic()
+    # The journal of this watch's runs only: an error of an earlier rollout is not this one's cause.
+    since = "@%d" % int(time.time() - 1)
     if module.check_mode:
         would = [start_units(module, systemctl, [u for u in p["units"] if u["wave"] == w]) for w in waves]
         started, enabled = [n for w in would for n in w[0]], [u for w in would for u in w[1]]
         if started or enabled:
-            module.exit_json(changed=True, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={},
+            module.exit_json(changed=True, units=[], ready=[], not_ready=[], pending=[], crashed=[], journal={}, cause={},
                              started_units=started, enabled=enabled, elapsed_s=0.0)
     tracks = [uw.UnitTrack(u["name"], u["unit"], u.get("health_url"), u.get("pool"), u.get("replaced_invocation"))
               for u in p["units"]]
@@ -342,7 +365,16 @@ def main():
 
     current = 0
     begin(waves[current])
-    crashed = []
+    crashed, causes, checked = [], {}, {}
+
+    def cause_of(track):
+        """The first error of the track's last run in this watch (journal since the watch began)."""
+        if track.name not in causes and journalctl:
+            _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "--since", since,
+                                                 "-n", str(p["journal_lines"] * 20), "-u", track.unit])
+            causes[track.name] = uw.journal_cause(out, p["journal_exclude"])
+        return causes.get(track.name, "")
+
     while True:
         now = time.monotonic()
         live = [t for t in tracks if wave_of[t.name] in began]
@@ -354,6 +386,12 @@ def main():
                     track.ready_after = now - began[wave_of[track.name]]
             if track.crashed(now, p["crash_limit"], p["failed_grace"]) and track.name not in crashed:
                 crashed.append(track.name)
+            elif track.restarts and checked.get(track.name) != track.restarts and track.name not in crashed:
+                # A restart: read the run's error once (a later restart reads it again).
+                checked[track.name] = track.restarts
+                causes.pop(track.name, None)
+                if uw.final_error(cause_of(track), p["final_errors"]):
+                    crashed.append(track.name)
         if p["observe"] > 0:
             if now - start >= p["observe"]:
                 break
@@ -369,12 +407,14 @@ def main():
             break
         time.sleep(p["interval"])
 
-    journal = {}
+    journal, cause = {}, {}
     for track in tracks:
         if track.name in crashed and journalctl:
             _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "-n",
                                                  str(p["journal_lines"] * 20), "-u", track.unit])
             journal[track.name] = uw.journal_tail(out, p["journal_lines"], p["journal_exclude"])
+            causes.pop(track.name, None)
+            cause[track.name] = cause_of(track)
     reports = []
     for track in tracks:
         report = track.report()
@@ -391,6 +431,7 @@ def main():
         pending=[t.name for t in tracks if wave_of[t.name] not in began],
         crashed=crashed,
         journal=journal,
+        cause=cause,
         started_units=started,
         enabled=enabled,
         elapsed_s=round(time.monotonic() - start, 2),
@@ -400,6 +441,8 @@ def main():
         for report in reports:
             if report["name"] in crashed:
                 lines.append("worker %s crashed while starting: %s" % (report["name"], uw.describe(report)))
+                if cause.get(report["name"]):
+                    lines.append("cause (the first error its last run logged): %s" % cause[report["name"]])
                 lines.append("last journal lines of %s:\n%s" % (report["unit"], journal.get(report["name"], "")))
         if result["pending"]:
             lines.append("not started (a later wave): %s" % ", ".join(result["pending"]))

@@ -3,6 +3,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """module_utils.unit_watch and workers.gpu_order: crash counting, readiness, same-GPU order."""
+import os
+
 from ansible_collections.kvshare.dynamo.plugins.module_utils import unit_watch as uw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers
 
@@ -100,6 +102,54 @@ def test_journal_tail_drops_the_health_poll_noise():
                      + ["ERROR tower_http::trace::on_failure: response failed 503"] * 5)
     assert uw.journal_tail(text, 40, ["tower_http::trace::on_failure"]) == "Traceback (most recent call last):\nOSError: not a model"
     assert uw.journal_tail(text, 1, []).endswith("503")
+
+
+# The journal (journalctl -o cat) of a real vLLM 0.31.0 worker refused by the Maru connector in the
+# sandbox (fault case 15: every layer a sliding window): two crashed runs, each a ~300-line
+# traceback that ends in vLLM's wrappers, then systemd starting the unit again.
+REFUSED = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "unit_watch",
+                       "vllm_kv_layout_refused.journal")
+
+
+def test_journal_cause_is_the_root_error_of_the_last_crashed_run():
+    with open(REFUSED) as handle:
+        text = handle.read()
+    cause = uw.journal_cause(text, ["tower_http::trace::on_failure"])
+    assert cause.startswith("kvshare_maru_connector.KVLayoutError: kvshare_maru_connector: layer "
+                            "model.layers.0.self_attn.attn (attention backend CPU_ATTN): KV view shape "
+                            "(1024, 2, 128, 64) stride (16384, 8192, 64, 1) dtype torch.bfloat16 is not "
+                            "supported: KV cache spec SlidingWindowSpec"), cause
+    assert "\x1b" not in cause
+    # ... which the tail the message shows does not hold: only vLLM's wrappers.
+    tail = uw.journal_tail(text, 40, ["tower_http::trace::on_failure"])
+    assert "KVLayoutError" not in tail and "Engine core initialization failed" in tail
+
+
+def test_final_error_matches_the_class_name_in_any_module():
+    assert uw.final_error("kvshare_maru_connector.KVLayoutError: layer x", ["KVLayoutError"])
+    assert uw.final_error("KVLayoutError: layer x", ["KVLayoutError"])
+    assert not uw.final_error("RuntimeError: Worker failed with error 'KVLayoutError'", ["KVLayoutError"])
+    assert not uw.final_error("", ["KVLayoutError"]) and not uw.final_error("OSError: x", [])
+
+
+def test_journal_cause_reads_the_last_run_that_logged_an_error():
+    text = "\n".join([
+        "Starting dynamo-worker@a.service - Dynamo worker a...",
+        "OSError: an old run's error",
+        "Starting dynamo-worker@a.service - Dynamo worker a...",
+        "(Worker pid=9) ERROR 12-04 12:29:34 [x.py:1] Traceback (most recent call last):",
+        "(Worker pid=9) ERROR 12-04 12:29:34 [x.py:1] ValueError: the root cause",
+        "RuntimeError: Worker failed with error 'the root cause'",
+        "dynamo-worker@a.service: Scheduled restart job, restart counter is at 2.",
+        "Starting dynamo-worker@a.service - Dynamo worker a...",
+        "\x1b[32m INFO\x1b[0m loading the model",
+    ])
+    assert uw.journal_cause(text) == "ValueError: the root cause"
+    assert uw.journal_cause("Starting x.service\nINFO all good\n") == ""
+    assert uw.journal_cause("") == ""
+    # Excluded lines are not causes.
+    assert uw.journal_cause("ConnectionError: 503 tower_http::trace::on_failure\nOSError: real",
+                            ["tower_http::trace::on_failure"]) == "OSError: real"
 
 
 def test_health_of_the_replaced_invocation_does_not_count():

@@ -1,7 +1,10 @@
 # Copyright (c) 2026 kvshare.dynamo developers
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
-"""The unit watch's start step: which systemctl calls it makes for which unit states."""
+"""The unit watch's start step: which systemctl calls it makes for which unit states; its waves,
+crashes and the cause it reports."""
+import os
+
 import pytest
 
 from ansible_collections.kvshare.dynamo.plugins.modules import dynamo_worker_unit_watch as mod
@@ -75,11 +78,14 @@ class Host:
     """A host's systemd and workers in miniature: a started unit turns active at once, and its
     /health is ready after `ready_polls` health probes (a crashing one restarts on every show)."""
 
-    def __init__(self, ready_polls, crashing=()):
-        self.ready_polls, self.crashing = ready_polls, set(crashing)
-        self.active, self.restarts, self.polls, self.log = set(), {}, {}, []
+    def __init__(self, ready_polls, crashing=(), journals=None):
+        self.ready_polls, self.crashing, self.journals = ready_polls, set(crashing), journals or {}
+        self.active, self.restarts, self.polls, self.log, self.journal_calls = set(), {}, {}, [], []
 
     def run_command(self, argv, **kwargs):
+        if argv[0].endswith("journalctl"):
+            self.journal_calls.append(argv[1:])
+            return 0, self.journals.get(argv[argv.index("-u") + 1], ""), ""
         verb, units = argv[1], [a for a in argv[2:] if a.startswith("dynamo-worker@")]
         if verb == "show":
             blocks = []
@@ -146,3 +152,37 @@ def test_a_wave_not_ready_in_time_leaves_the_next_pending(monkeypatch, capsys):
     assert rc == 0 and out["not_ready"] == ["a", "b"] and out["pending"] == ["b"] and out["ready"] == []
     assert out["units"][0]["started_after_s"] >= 0 and out["units"][1]["started_after_s"] is None
     assert host.log == [("start", ["dynamo-worker@a.service"])]
+
+
+# A real vLLM 0.31.0 worker's journal as the Maru connector refused its KV cache (tests/unit/plugins/
+# module_utils/test_unit_watch.py says more).
+with open(os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "unit_watch",
+                       "vllm_kv_layout_refused.journal")) as _handle:
+    REFUSED = _handle.read()
+
+
+def test_a_refused_kv_layout_ends_the_watch_at_the_first_restart_naming_the_cause(monkeypatch, capsys):
+    host = Host(ready_polls=1, crashing=["dynamo-worker@a.service"], journals={"dynamo-worker@a.service": REFUSED})
+    rc, out = watch(monkeypatch, capsys, host, [("a", 0), ("b", 1)])
+    assert rc == 1 and out["crashed"] == ["a"] and out["pending"] == ["b"]
+    # One restart, not crash_limit's two: a second try would load the model again to be refused again.
+    assert out["units"][0]["restarts"] == 1
+    assert out["cause"]["a"].startswith("kvshare_maru_connector.KVLayoutError: kvshare_maru_connector: layer "
+                                        "model.layers.0.self_attn.attn (attention backend CPU_ATTN)")
+    assert "cause (the first error its last run logged): kvshare_maru_connector.KVLayoutError: " in out["msg"]
+    # The cause is read from this watch's runs only (--since its start); the tail shown is the
+    # journal's own last lines.
+    assert [c for c in host.journal_calls if "--since" in c] and [c for c in host.journal_calls if "--since" not in c]
+
+
+def test_another_error_gets_its_restarts_and_is_named(monkeypatch, capsys):
+    journal = "Starting dynamo-worker@a.service - w...\nTraceback (most recent call last):\nOSError: no such model\n"
+    host = Host(ready_polls=1, crashing=["dynamo-worker@a.service"], journals={"dynamo-worker@a.service": journal})
+    rc, out = watch(monkeypatch, capsys, host, [("a", 0)])
+    assert rc == 1 and out["crashed"] == ["a"] and out["units"][0]["restarts"] == 2
+    assert out["cause"] == {"a": "OSError: no such model"}
+    assert "cause (the first error its last run logged): OSError: no such model" in out["msg"]
+    # final_errors names what ends a watch at once.
+    host = Host(ready_polls=1, crashing=["dynamo-worker@a.service"], journals={"dynamo-worker@a.service": journal})
+    rc, out = watch(monkeypatch, capsys, host, [("a", 0)], final_errors=["OSError"])
+    assert rc == 1 and out["units"][0]["restarts"] == 1
