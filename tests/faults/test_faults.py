@@ -657,3 +657,54 @@ def test_fault_14_worker_frozen(stack, record):
                       % ("+".join(w["name"] for w in frozen), record["restart_s"], interval, failures,
                          ", ".join("%x" % i for i in new_ids.values())))[:600]
     finish(stack, record)
+
+
+def _sliding_window_workers(hostname, name, layers):
+    """The inventory's dynamo_workers of every host, with worker `name` of `hostname` given a model
+    configuration vLLM 0.31 runs and the Maru connector cannot share: every layer a sliding window
+    (hf_overrides), so vLLM registers SlidingWindowSpec layers (it promotes sliding windows to full
+    attention only in a model that mixes both). As an extra-vars value: a per-host Jinja map."""
+    override = json.dumps({"layer_types": ["sliding_attention"] * layers, "sliding_window": 256})
+    per_host = {}
+    for h in F.group("dynamo_workers"):
+        per_host[h] = [dict(w, extra_args=list(w.get("extra_args") or []) + ["--hf-overrides", override])
+                       if h == hostname and w["name"] == name else w
+                       for w in F.HOSTVARS[h].get("dynamo_workers", [])]
+    # repr() is also a Jinja literal (True/False/None, quoted strings) for these plain values.
+    return {"dynamo_workers": "{{ %r[inventory_hostname] | default([]) }}" % per_host}
+
+
+@kv
+def test_fault_15_kv_layout_refused(stack, record):
+    """a worker whose KV cache the Maru connector cannot index (every layer a sliding window): it stops
+    at start, and site.yml's readiness watch fails at its first restart naming the worker and the
+    connector's refusal (the layer, its KV cache spec, what is supported), instead of a worker serving
+    with no shared cache; the other workers serve on; the operator's fix (the model's own
+    configuration) rolls it back"""
+    maru = [(h, w) for h, w in VLLM if w.get("kv_pool")]
+    # A vLLM worker alone on its GPU: no same-GPU successor waits on it.
+    hostname, worker = next(((h, w) for h, w in maru
+                             if sum(1 for h2, w2 in F.workers() if h2 == h and w2.get("gpus") == w.get("gpus")) == 1),
+                            maru[-1])
+    others = {key(h, w) for h, w in F.workers() if (h, w["name"]) != (hostname, worker["name"])}
+    layers = json.loads(F.sh(hostname, "cat %s/config.json" % shlex.quote(worker["model"])))["num_hidden_layers"]
+    ev = extra_vars_file("sliding-window.json", _sliding_window_workers(hostname, worker["name"], layers))
+    with restored_by(record, "site.yml", "--tags", "dynamo_worker"):
+        res, dummy = F.playbook("site.yml", "--tags", "dynamo_worker", "-e", ev, timeout=900)
+        out = res.stdout
+        assert res.returncode != 0, out[-3000:]
+        # At its first automatic restart: a second try would load the model again to be refused again.
+        assert re.search(r"worker %s crashed while starting: .*?, 1 automatic restart\(s\) during the watch"
+                         % re.escape(worker["name"]), out), out[-4000:]
+        # The root cause, which vLLM's wrapping tracebacks push out of the journal's tail.
+        refusal = re.search(r"cause \(the first error its last run logged\): kvshare_maru_connector\.KVLayoutError: "
+                            r"kvshare_maru_connector: layer (\S+) \(attention backend (\S+)\): KV view shape .*? is not "
+                            r"supported: KV cache spec SlidingWindowSpec \(one token per row of the whole prompt is "
+                            r"required\)\. Supported: ", out)
+        assert refusal, out[-6000:]
+        # Never registered with the refused cache (Restart=always keeps trying until the fix).
+        assert not F.instance_of(hostname, worker)
+        assert F.serving_map(only=others) is not None
+        record["note"] = ("%s/%s stopped at start: layer %s (%s) refused: KV cache spec SlidingWindowSpec"
+                          % (hostname, worker["name"], refusal.group(1), refusal.group(2)))
+    finish(stack, record)
