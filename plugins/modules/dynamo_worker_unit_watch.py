@@ -365,15 +365,15 @@ def main():
 
     current = 0
     begin(waves[current])
-    crashed, causes, checked = [], {}, {}
+    crashed, checked = [], {}
 
     def cause_of(track):
         """The first error of the track's last run in this watch (journal since the watch began)."""
-        if track.name not in causes and journalctl:
-            _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "--since", since,
-                                                 "-n", str(p["journal_lines"] * 20), "-u", track.unit])
-            causes[track.name] = uw.journal_cause(out, p["journal_exclude"])
-        return causes.get(track.name, "")
+        if not journalctl:
+            return ""
+        _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "--since", since,
+                                             "-n", str(p["journal_lines"] * 20), "-u", track.unit])
+        return uw.journal_cause(out, p["journal_exclude"])
 
     while True:
         now = time.monotonic()
@@ -389,7 +389,6 @@ def main():
             elif track.restarts and checked.get(track.name) != track.restarts and track.name not in crashed:
                 # A restart: read the run's error once (a later restart reads it again).
                 checked[track.name] = track.restarts
-                causes.pop(track.name, None)
                 if uw.final_error(cause_of(track), p["final_errors"]):
                     crashed.append(track.name)
         if p["observe"] > 0:
@@ -413,7 +412,6 @@ def main():
             _rc, out, _err = module.run_command([journalctl, "--no-pager", "--output=cat", "-n",
                                                  str(p["journal_lines"] * 20), "-u", track.unit])
             journal[track.name] = uw.journal_tail(out, p["journal_lines"], p["journal_exclude"])
-            causes.pop(track.name, None)
             cause[track.name] = cause_of(track)
     reports = []
     for track in tracks:
