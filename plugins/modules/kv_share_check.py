@@ -128,7 +128,7 @@ options:
   store_probe:
     description:
       - Command (argv) that prints the pool's usage as JSON (C(python -m kvshare_maru_connector
-        usage <maru_server_url>)). With it, B's request waits, polling every 0.2 s, until A's
+        usage <maru_server_url>)). With it, B's request waits, polling every 0.1 s, until A's
         stored bytes grew and stopped growing (instead of O(settle_s)); the wait is a check.
     type: list
     elements: str
@@ -139,7 +139,7 @@ options:
     description:
       - For pools whose store shows only in the engine's metrics (a KVCR tier), the counter of
         worker A (on its O(worker_a.system_url)/metrics, summed over the samples with these labels)
-        that grows when A has written KV to the pool. B's request waits, polling every 0.2 s, until
+        that grows when A has written KV to the pool. B's request waits, polling every 0.1 s, until
         it grew and stopped growing, as with O(store_probe) (which wins when both are given).
     type: dict
     suboptions:
@@ -309,6 +309,7 @@ import binascii
 import json
 import os
 import random
+import threading
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -389,6 +390,29 @@ def _snapshot(url, timeout):
     return expo, (None if expo is not None else res.describe())
 
 
+def _together(calls):
+    """Run the callables at once, one thread each (a vLLM worker's /metrics takes about 70 ms to
+    answer; both workers are read around each request). Return their results in order; an
+    exception in one is raised here."""
+    results = [None] * len(calls)
+    errors = []
+
+    def run(pos, call):
+        try:
+            results[pos] = call()
+        except BaseException as exc:  # handed to the caller below
+            errors.append(exc)
+    threads = [threading.Thread(target=run, args=(pos, call)) for pos, call in enumerate(calls[1:], 1)]
+    for thread in threads:
+        thread.start()
+    run(0, calls[0])
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
 def _prompt_total(expo, model):
     vals = pt.vllm_kv_counters(expo, model_name=model)
     srcs = [vals[s] for s in pt.VLLM_PROMPT_SOURCES if vals[s] is not None]
@@ -455,7 +479,7 @@ class Check:
         return [c["reason"] or c["detail"] for c in self.items if c["ok"] is False]
 
 
-def wait_stored(read, before, timeout, clock=time.monotonic, sleep=time.sleep, interval=0.2):
+def wait_stored(read, before, timeout, clock=time.monotonic, sleep=time.sleep, interval=0.1):
     """Poll ``read()`` (bytes in the pool) until it has settled: two equal readings in a row,
     above ``before`` when that is given. Return (value, seconds waited, error or None)."""
     t0 = clock()
@@ -546,10 +570,12 @@ def _map_workers(frontend_url, workers, report, checks, request_timeout):
 
 def _warm_up(completions, model, ids, nonce, prompt_words, request_timeout, report):
     """One 1-token request of another prompt to each worker (first-request costs out of the way)."""
-    for key in ("a", "b"):
+    def warm(key):
         wprompt = build_prompt("warmup-%s-%s" % (key, nonce), prompt_words)
-        res = dynamo_http.post_json(completions, dynamo_http.completion_payload(
+        return dynamo_http.post_json(completions, dynamo_http.completion_payload(
             model, wprompt, 1, instance_id=ids[key], temperature=0), request_timeout)
+    # Both at once: two workers, two prompts (neither is the measured one).
+    for key, res in zip(("a", "b"), _together([lambda k=k: warm(k) for k in ("a", "b")])):
         report["warmup"][key] = {"status": res.status, "elapsed_s": round(res.elapsed_s, 4),
                                  "error": None if res.ok else res.describe()}
 
@@ -573,8 +599,9 @@ def _request(target, completions, model, prompt, max_tokens, ids, urls, engines,
     Return (the streamed result, {worker key: its metric deltas during the request})."""
     before = {}
     snap_err = {}
-    for k in ("a", "b"):
-        before[k], snap_err[k] = _snapshot(urls[k], request_timeout)
+    snaps = _together([lambda k=k: _snapshot(urls[k], request_timeout) for k in ("a", "b")])
+    for k, snap in zip(("a", "b"), snaps):
+        before[k], snap_err[k] = snap
     payload = dynamo_http.completion_payload(model, prompt, max_tokens,
                                              instance_id=ids[target], temperature=0,
                                              stream=True, include_usage=True)
@@ -584,6 +611,8 @@ def _request(target, completions, model, prompt, max_tokens, ids, urls, engines,
     after[target], err_t = _wait_metrics(urls[target], before[target], model,
                                          engines[target], sr.prompt_tokens,
                                          request_timeout, metrics_wait_s, clock, sleep)
+    # Read after the target's counters settled: a request routed to the other worker by mistake
+    # has had the same time to show there.
     after[other], err_o = _snapshot(urls[other], request_timeout)
     snap_err[target] = snap_err[target] or err_t
     snap_err[other] = snap_err[other] or err_o

@@ -143,7 +143,9 @@ def test_requests_sent_nonce_first_streaming_targeted(stack):
     r = s.run(nonce="n0nce-xyz", max_tokens=8)
     posts = s.fe.posts()
     warm, measured = posts[:2], posts[2:]
-    assert [p["nvext"]["backend_instance_id"] for p in posts] == [A_ID, B_ID, A_ID, B_ID]
+    # The two warm-ups go out together (either may arrive first), then A's measured prompt, then B's.
+    assert sorted(p["nvext"]["backend_instance_id"] for p in warm) == sorted([A_ID, B_ID])
+    assert [p["nvext"]["backend_instance_id"] for p in measured] == [A_ID, B_ID]
     assert all(p["prompt"].startswith("warmup-") for p in warm)
     assert all(p["max_tokens"] == 1 for p in warm)
     assert measured[0]["prompt"] == measured[1]["prompt"]
@@ -350,7 +352,7 @@ def test_wait_stored_returns_once_the_bytes_grew_and_settled():
     clock, sleep = fake_time()
     value, waited, err = ksc.wait_stored(lambda: next(readings), 100, 30, clock, sleep)
     assert (value, err) == (500, None)
-    assert waited == pytest.approx(0.8)  # 5 readings 0.2 s apart
+    assert waited == pytest.approx(0.4)  # 5 readings 0.1 s apart
 
 
 def test_wait_stored_times_out_when_nothing_lands():
