@@ -3,8 +3,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """roles/dynamo_worker/files/model-stage (the staging of a worker's model before it starts):
-local model directories, a Hugging Face download (a stand-in for huggingface_hub), the offline
-cache check, the token on stdin and kept out of messages, and the size it reports."""
+local model directories, a Hugging Face download (a stand-in for huggingface_hub; then the real
+huggingface_hub against a loopback stand-in of the Hub's HTTP API), the offline cache check, the
+token on stdin and kept out of messages, and the size it reports."""
 import io
 import json
 import os
@@ -108,3 +109,65 @@ def test_run_as_a_script_like_the_role_does(model_dir, tmp_path):
     assert ok.returncode == 0 and json.loads(ok.stdout)["path"] == str(model_dir)
     bad = subprocess.run([sys.executable, "-c", source, str(tmp_path / "nope")], capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and bad.stderr.startswith("model-stage: no such directory")
+
+
+# --- the real huggingface_hub client against a loopback stand-in of the Hub ----------------------
+# The script as the role runs it (python -c <source> <model>, HOME and the worker's env such as
+# HF_ENDPOINT set, the token on stdin), with the huggingface_hub of this venv (the hosts get theirs
+# from the wheelhouse); the Hub is tests/doubles/hf_hub/hf_hub_standin.py on 127.0.0.1.
+HUB_STANDIN = os.path.join(REPO, "tests", "doubles", "hf_hub", "hf_hub_standin.py")
+
+
+@pytest.fixture(name="hub")
+def fixture_hub(model_dir):
+    pytest.importorskip("huggingface_hub")
+    standin = load_script(HUB_STANDIN).HubStandin({"kvshare-test/tiny": str(model_dir), "kvshare-test/gated": str(model_dir)},
+                                                  token="hf_" + "s3cret" * 4, private=["kvshare-test/gated"])
+    yield standin
+    standin.close()
+
+
+def stage_on_host(hub, home, *args, stdin=""):
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "HF_HUB_DISABLE_TELEMETRY": "1",
+           "HF_ENDPOINT": hub.url}
+    source = open(SCRIPT, encoding="utf-8").read()
+    return subprocess.run([sys.executable, "-c", source] + list(args), env=env, input=stdin, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_a_hugging_face_id_downloads_into_the_accounts_cache_then_offline_finds_it(hub, tmp_path, model_dir):
+    home = tmp_path / "home"
+    home.mkdir()
+    assert stage_on_host(hub, home, "--offline", "kvshare-test/tiny").returncode == 3, "found before any download"
+    got = stage_on_host(hub, home, "kvshare-test/tiny")
+    assert got.returncode == 0, got.stderr
+    res = json.loads(got.stdout)
+    assert res["path"].startswith(str(home / ".cache" / "huggingface" / "hub" / "models--kvshare-test--tiny" / "snapshots"))
+    assert res["bytes"] == 1002
+    assert open(os.path.join(res["path"], "model.safetensors"), "rb").read() == (model_dir / "model.safetensors").read_bytes()
+    assert any(method == "GET" and path.endswith("/resolve/%s/model.safetensors" % os.path.basename(res["path"]))
+               for method, path, auth in hub.requests), hub.requests
+    asked = len(hub.requests)
+    offline = stage_on_host(hub, home, "--offline", "kvshare-test/tiny")
+    assert offline.returncode == 0 and json.loads(offline.stdout) == res
+    assert len(hub.requests) == asked, "the offline check asked the Hub"
+
+
+def test_a_gated_model_needs_the_token_from_stdin_and_no_message_shows_it(hub, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    refused = stage_on_host(hub, home, "kvshare-test/gated")
+    assert refused.returncode == 1 and "download failed: GatedRepoError" in refused.stderr, refused.stderr
+    wrong = stage_on_host(hub, home, "--token-stdin", "kvshare-test/gated", stdin="hf_wrong_token_123\n")
+    assert wrong.returncode == 1 and "hf_wrong_token_123" not in wrong.stdout + wrong.stderr
+    got = stage_on_host(hub, home, "--token-stdin", "kvshare-test/gated", stdin=hub.token + "\n")
+    assert got.returncode == 0, got.stderr
+    assert hub.token not in got.stdout + got.stderr
+    assert ("GET", "/api/models/kvshare-test/gated/revision/main", "Bearer " + hub.token) in hub.requests
+
+
+def test_an_unknown_hugging_face_id_fails_naming_it(hub, tmp_path):
+    got = stage_on_host(hub, tmp_path, "kvshare-test/missing")
+    assert got.returncode == 1
+    assert got.stderr.startswith("model-stage: download failed: RepositoryNotFoundError")
+    assert "kvshare-test/missing" in got.stderr
