@@ -4,9 +4,17 @@
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """Scale-out: a worker and a host added to the inventory; site.yml starts only the new ones."""
 import json
+import os
+import re
 
 import d2lib as D
+from lib.sandbox import SANDBOX_DIR
 from lib.sandbox_copy import mocker
+from lib.unit import load_script
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HUB_STANDIN = os.path.join(REPO, "tests", "doubles", "hf_hub", "hf_hub_standin.py")
+HF_MODEL = "kvshare-test/tiny-llama"
 
 
 def _untouched(before_units, before_ids, inv):
@@ -29,6 +37,11 @@ def test_scale_out_worker_and_host(stack, record):
     member. The run starts exactly the two new workers and adds the member; every running worker
     keeps its unit (PID, start time) and instance id. (Once, not one run per change: each run is a
     whole site.yml on every host, as the inventory changed, and CI's time is the budget.)
+    sb3's new worker names its model by a Hugging Face id: the role stages it before the worker
+    starts, downloading it with the host's huggingface_hub into the service account's cache from a
+    loopback stand-in of the Hub (HF_ENDPOINT in the worker's env; tests/doubles/hf_hub), and the
+    mocker then loads it from that cache. It has an endpoint and model name of its own: workers of
+    one endpoint must load the same model.
     Then the way back, as docs/day2.md tells an operator: playbooks/remove_host.yml drains sb4's
     worker and takes its member out of etcd, the host goes, and site.yml on the base inventory
     (here only the etcd client proxies and the workers: that is all the copy's base inventory
@@ -36,13 +49,26 @@ def test_scale_out_worker_and_host(stack, record):
     inv = D.Inv()
     before_units, before_ids = D.worker_units(inv), inv.wait_all_serving()
     members = _members("sb1")
+    hub = load_script(HUB_STANDIN).HubStandin({HF_MODEL: os.path.join(SANDBOX_DIR, "models", "tiny-llama")})
     try:
-        D.make_copy(extra_workers={"sb3": [mocker("mock-e", "2", 3)]}, extra_hosts=1, extra_etcd=True)
+        hf_worker = mocker("mock-e", "2", 3, model=HF_MODEL, served_model_name="tiny-hf",
+                           endpoint="dyn://dynamo.hf.generate", env={"HF_ENDPOINT": hub.url})
+        D.make_copy(extra_workers={"sb3": [hf_worker]}, extra_hosts=1, extra_etcd=True)
         inv = D.Inv()
         res, dummy = D.playbook("sandbox/create.yml", "--limit", "sb4", log="scale-out-create-sb4")
         D.must(res, "sandbox/create.yml --limit sb4")
         res, took = D.playbook("site.yml", log="scale-out")
         D.must(res, "site.yml (a worker on sb3 and the host sb4 added)")
+        # Staged before the worker started: downloaded from the Hub into the account's cache.
+        staged = re.search(r'"%s: (/\S+/models--kvshare-test--tiny-llama/snapshots/[0-9a-f]{40}), (\d+) bytes"' % HF_MODEL,
+                           res.stdout)
+        assert staged, "no staging report for %s:\n%s" % (HF_MODEL, res.stdout[-4000:])
+        assert int(staged.group(2)) > 0
+        snapshot = staged.group(1).rsplit("/", 1)[1]
+        assert any(method == "GET" and path == "/%s/resolve/%s/model.safetensors" % (HF_MODEL, snapshot)
+                   for method, path, dummy in hub.requests), hub.requests
+        assert D.sh("sb3", "runuser -u dynamo -- test -f %s/config.json && echo cached" % staged.group(1)).strip() == "cached"
+        record["hf_staged"] = {"model": HF_MODEL, "bytes": int(staged.group(2)), "hub_requests": len(hub.requests)}
         after = _untouched(before_units, before_ids, inv)
         assert {"sb3/mock-e", "sb4/mock-e"} <= set(after), sorted(after)
         assert set(after) == set(before_ids) | {"sb3/mock-e", "sb4/mock-e"}, sorted(after)
@@ -65,6 +91,7 @@ def test_scale_out_worker_and_host(stack, record):
                        log="scale-out-remove-sb4-cleanup")
         D.playbook("sandbox/destroy.yml", "--limit", "sb4", log="scale-out-destroy-sb4")
         D.make_copy()
+        hub.close()
     res, took = D.playbook("site.yml", "--tags", "etcd_client,dynamo_worker", log="scale-out-back")
     D.must(res, "site.yml --tags etcd_client,dynamo_worker (back to the base inventory)")
     record["back_s"] = round(took, 1)
