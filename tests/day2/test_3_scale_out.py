@@ -8,11 +8,10 @@ import os
 import re
 
 import d2lib as D
-from lib.sandbox import SANDBOX_DIR
+from lib.sandbox import REPO, SANDBOX_DIR
 from lib.sandbox_copy import mocker
 from lib.unit import load_script
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HUB_STANDIN = os.path.join(REPO, "tests", "doubles", "hf_hub", "hf_hub_standin.py")
 HF_MODEL = "kvshare-test/tiny-llama"
 
