@@ -31,6 +31,9 @@ def stack():
     D.build_wheelhouse()
     D.make_copy()
     if os.environ.get("KVSHARE_DAY2_REUSE") != "1":
+        # The copy's hosts from an interrupted earlier run are in an unknown state: start from none.
+        res, dummy = D.playbook("sandbox/destroy.yml")
+        D.must(res, "sandbox/destroy.yml")
         res, dummy = D.playbook("sandbox/create.yml")
         D.must(res, "sandbox/create.yml")
         res, dummy = D.playbook("site.yml")
