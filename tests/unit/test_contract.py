@@ -35,18 +35,12 @@ KNOWN = {
     # (check, file, what): why it is still there
     ("frontend", "roles/dynamo_worker/tasks/preflight.yml", "dynamo_frontend_http_port"):
         "the port-clash check reads the co-located frontend's port without its default",
-    ("fallback", "playbooks/verify.yml", "dynamo_runtime_venv_root"): "venv root (the pool probe's Python)",
-    ("fallback", "playbooks/guard_recovery.yml", "rdma_ucx_env_dir"): "UCX env dir",
     ("fallback", "playbooks/etcd.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
     ("fallback", "playbooks/etcd_backup.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
     ("fallback", "playbooks/etcd_restore.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
     ("fallback", "playbooks/guard_recovery.yml", "kvcr_group_name"): "the KVCR group's name (kvshare_service_defaults.kvcr_group_name)",
-    ("fallback", "playbooks/guard_recovery.yml", "kvcr_variant"): "the KVCR variant",
-    ("fallback", "playbooks/guard_recovery.yml", "kvcr_worker_name"): "the KVCR worker's name",
     ("fallback", "playbooks/site.yml", "firewall_state"): "the firewall toggle",
-    ("fallback", "playbooks/status.yml", "kvcr_variant"): "the KVCR variant",
     ("fallback", "playbooks/validate.yml", "firewall_state"): "the firewall toggle",
-    ("fallback", "playbooks/verify.yml", "dynamo_runtime_user"): "the service account",
     ("fallback", "roles/kvcr/templates/state-agent.env.j2", "etcd_client_env_checksum"): "the client env checksum export",
     ("port", "plugins/filter/etcd.py", "2379"): "etcd client port fallback",
     ("port", "plugins/module_utils/day2.py", "2379"): "Prometheus targets: etcd client port fallback",
