@@ -30,6 +30,39 @@ def _members(host):
     return sorted(m.get("name", "") for m in json.loads(D.etcdctl(host, "member list -w json"))["members"])
 
 
+def _models_not_there_refused(hub, before_units, before_ids):
+    """sb3 given a new worker whose model is not there, twice, with only sb3 and the worker role
+    run: a local path that does not exist is refused by the validation before any host changes; a
+    Hugging Face id the Hub does not have fails the role's staging, before any unit of the worker is
+    written. Each failure names the host, the worker and its model as the inventory wrote them;
+    every running worker is left alone."""
+    config_dir = D.Inv().hostvars["sb3"].get("dynamo_runtime_config_dir", "/etc/dynamo")
+    for worker, model, task in (
+            (mocker("mock-e", "2", 3, model="/opt/kvshare/models/not-staged", served_model_name="tiny-absent",
+                    endpoint="dyn://dynamo.absent.generate"),
+             "/opt/kvshare/models/not-staged", "Check that every local model path exists"),
+            (mocker("mock-e", "2", 3, model="kvshare-test/not-on-the-hub", served_model_name="tiny-absent",
+                    endpoint="dyn://dynamo.absent.generate", env={"HF_ENDPOINT": hub.url}),
+             "kvshare-test/not-on-the-hub", "Fail naming the workers whose model is not there")):
+        D.make_copy(extra_workers={"sb3": [worker]})
+        try:
+            res, dummy = D.playbook("site.yml", "--limit", "sb3", "--tags", "dynamo_worker", log="scale-out-model-absent")
+        finally:
+            D.make_copy()
+        out = res.stdout
+        assert res.returncode != 0, out[-4000:]
+        failed = re.findall(r"TASK \[([^\]]+)\] \*+\n(?:(?!TASK \[).*\n)*?fatal: \[sb3\]", out)
+        assert failed and failed[-1].endswith(task), "expected %r to fail, failed: %s\n%s" % (task, failed, out[-4000:])
+        assert re.search(r'sb3: dynamo_workers\[mock-e\]\.model \\?"%s\\?": \S' % re.escape(model), out), \
+            "mock-e's model %s not named:\n%s" % (model, out[-4000:])
+        written = D.sh("sb3", "ls %s/workers; systemctl list-units --all --plain --no-legend 'dynamo-worker@mock-e*'"
+                       % config_dir)
+        assert "mock-e" not in written, "the refused worker's files or unit exist:\n" + written
+    assert any(path.startswith("/api/models/kvshare-test/not-on-the-hub") for dummy, path, dummy2 in hub.requests), \
+        hub.requests
+    _untouched(before_units, before_ids, D.Inv())
+
+
 def test_scale_out_worker_and_host(stack, record):
     """One site.yml run after two inventory changes an operator makes together: a worker added on an
     existing host (sb3, a third GPU) and a new host (sb4) with one worker that is also a new etcd
@@ -52,6 +85,7 @@ def test_scale_out_worker_and_host(stack, record):
     try:
         hf_worker = mocker("mock-e", "2", 3, model=HF_MODEL, served_model_name="tiny-hf",
                            endpoint="dyn://dynamo.hf.generate", env={"HF_ENDPOINT": hub.url})
+        _models_not_there_refused(hub, before_units, before_ids)
         D.make_copy(extra_workers={"sb3": [hf_worker]}, extra_hosts=1, extra_etcd=True)
         inv = D.Inv()
         res, dummy = D.playbook("sandbox/create.yml", "--limit", "sb4", log="scale-out-create-sb4")
