@@ -18,10 +18,13 @@ def worker_restart_groups(workers, unit="worker", names=None):
         raise AnsibleFilterError("worker_restart_groups: %s" % exc) from exc
 
 
-def prometheus_file_sd(hostvars, groups, maru_metrics_port=0, cluster="kvshare"):
+def prometheus_file_sd(hostvars, groups, service_defaults, maru_metrics_port=0, cluster="kvshare"):
     """file_sd target groups per job (see module_utils.day2.prometheus_targets)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import day2 as _day2
-    return _day2.prometheus_targets(dict(hostvars), dict(groups), maru_metrics_port, cluster=cluster)
+    try:
+        return _day2.prometheus_targets(dict(hostvars), dict(groups), dict(service_defaults), maru_metrics_port, cluster=cluster)
+    except KeyError as exc:
+        raise AnsibleFilterError("prometheus_file_sd: the service defaults have no %s (pass kvshare_service_defaults)" % exc) from exc
 
 
 def stack_status_table(hosts):

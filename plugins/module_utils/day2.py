@@ -63,9 +63,11 @@ def _addr(hostvars, host):
     return _stack.host_address(hostvars, host)
 
 
-def prometheus_targets(hostvars, groups, maru_metrics_port=0, etcd_client_port=2379,
-                       frontend_port=8000, cluster="kvshare"):
+def prometheus_targets(hostvars, groups, service_defaults, maru_metrics_port=0, cluster="kvshare"):
     """file_sd target groups per job: {"dynamo-frontend": [...], "dynamo-worker": [...], "etcd": [...], "maru": [...]}.
+
+    ``service_defaults``: the stack contract (kvshare_service_defaults), whose frontend HTTP and
+    etcd client ports apply where a host does not set its own.
 
     Every target group carries the labels host, worker, gpu and pool ("" where not applicable), so
     one relabelling works for all jobs. Workers: their DYN_SYSTEM_PORT /metrics. etcd: its client
@@ -82,7 +84,7 @@ def prometheus_targets(hostvars, groups, maru_metrics_port=0, etcd_client_port=2
     out = {"dynamo-frontend": [], "dynamo-worker": [], "etcd": [], "maru": []}
     for host in groups.get("dynamo_frontend", []):
         hv = hostvars.get(host, {})
-        port = hv.get("dynamo_frontend_http_port", frontend_port)
+        port = hv.get("dynamo_frontend_http_port", service_defaults["dynamo_frontend_http_port"])
         addr = hv.get("dynamo_frontend_http_host") or _addr(hostvars, host)
         out["dynamo-frontend"].append(group("%s:%s" % (addr, port), host, "dynamo-frontend"))
     for host in groups.get("dynamo_workers", []):
@@ -94,7 +96,7 @@ def prometheus_targets(hostvars, groups, maru_metrics_port=0, etcd_client_port=2
                        "model": str(worker.get("served_model_name") or worker.get("model", ""))}))
     for host in groups.get("etcd", []):
         hv = hostvars.get(host, {})
-        port = hv.get("etcd_client_port", etcd_client_port)
+        port = hv.get("etcd_client_port", service_defaults["etcd_client_port"])
         out["etcd"].append(group("%s:%s" % (hv.get("etcd_address") or _addr(hostvars, host), port), host, "etcd"))
     if int(maru_metrics_port or 0) > 0:
         for host in groups.get("maru_pool", []):

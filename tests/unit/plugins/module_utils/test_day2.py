@@ -6,10 +6,12 @@
 import os
 
 import pytest
+import yaml
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import day2
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dynamo")
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 
 def _w(name, gpus, port=1):
@@ -44,6 +46,9 @@ def test_restart_selected_names_and_errors():
 
 
 def test_prometheus_targets_labels():
+    # The ports come from the stack contract the playbook passes (kvshare_service_defaults).
+    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as handle:
+        SERVICE_DEFAULTS = yaml.safe_load(handle)["kvshare_service_defaults"]
     hostvars = {
         "fe": {"kvshare_bind_address": "10.0.0.1"},
         "g1": {"kvshare_bind_address": "10.0.0.2", "dynamo_workers": [
@@ -53,7 +58,7 @@ def test_prometheus_targets_labels():
             {"name": "m0", "engine": "mocker", "model": "/m", "gpus": [], "system_port": 18082}]},
     }
     groups = {"dynamo_frontend": ["fe"], "dynamo_workers": ["g1"], "etcd": ["fe", "g1"], "maru_pool": ["g1"]}
-    out = day2.prometheus_targets(hostvars, groups)
+    out = day2.prometheus_targets(hostvars, groups, SERVICE_DEFAULTS)
     assert out["dynamo-frontend"] == [{"targets": ["10.0.0.1:8000"], "labels": {
         "host": "fe", "worker": "", "gpu": "", "pool": "", "cluster": "kvshare", "kvshare_job": "dynamo-frontend"}}]
     w0, m0 = out["dynamo-worker"]
@@ -63,12 +68,18 @@ def test_prometheus_targets_labels():
     assert m0["labels"]["pool"] == "" and m0["labels"]["engine"] == "mocker"
     assert [g["targets"][0] for g in out["etcd"]] == ["10.0.0.1:2379", "10.0.0.2:2379"]
     assert out["maru"] == []
-    assert day2.prometheus_targets(hostvars, groups, maru_metrics_port=9100)["maru"][0]["targets"] == ["10.0.0.2:9100"]
+    assert day2.prometheus_targets(hostvars, groups, SERVICE_DEFAULTS, maru_metrics_port=9100)["maru"][0]["targets"] == ["10.0.0.2:9100"]
     # a worker that names its pool is labelled with the pool it resolves to
     hostvars["g1"]["maru_pool_bind_address"] = "10.0.0.2"
     hostvars["g1"]["dynamo_workers"][0] = dict(hostvars["g1"]["dynamo_workers"][0], kv_pool="maru")
     del hostvars["g1"]["dynamo_workers"][0]["kv_transfer_config"]
-    assert day2.prometheus_targets(hostvars, groups)["dynamo-worker"][0]["labels"]["pool"] == "maru:tcp://10.0.0.2:5555"
+    assert day2.prometheus_targets(hostvars, groups, SERVICE_DEFAULTS)["dynamo-worker"][0]["labels"]["pool"] == "maru:tcp://10.0.0.2:5555"
+    # a host's own port wins over the contract's
+    hostvars["fe"]["dynamo_frontend_http_port"] = 8080
+    other = dict(SERVICE_DEFAULTS, etcd_client_port=12379)
+    out = day2.prometheus_targets(hostvars, groups, other)
+    assert out["dynamo-frontend"][0]["targets"] == ["10.0.0.1:8080"]
+    assert [g["targets"][0] for g in out["etcd"]] == ["10.0.0.1:12379", "10.0.0.2:12379"]
 
 
 def test_hit_rate_from_real_vllm_metrics_and_mocker():
