@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+
 
 def host_address(host, hostvars):
     """``host``'s address: kvshare_bind_address, else its default IPv4 fact, else ansible_host, else its name."""
@@ -13,11 +15,17 @@ def host_address(host, hostvars):
     return _stack.host_address(hostvars, host)
 
 
-def frontend_url(groups, hostvars, group=None):
+def frontend_url(groups, hostvars, service_defaults, group=None):
     """``http://<address>:<port>`` of the first host of the frontend group ('' when there is none;
-    ``group`` defaults to module_utils' FRONTEND_GROUP)."""
+    ``service_defaults``: kvshare_service_defaults, the port's default; ``group`` defaults to
+    module_utils' FRONTEND_GROUP)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
-    return _stack.frontend_url(hostvars, groups, _stack.FRONTEND_GROUP if group is None else group)
+    try:
+        return _stack.frontend_url(hostvars, groups, dict(service_defaults),
+                                   _stack.FRONTEND_GROUP if group is None else group)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError("frontend_url: pass kvshare_service_defaults (role kvshare.dynamo.kvshare) as "
+                                 "the service defaults: %s" % exc) from exc
 
 
 def frontend_group_errors(groups, group=None):

@@ -22,12 +22,12 @@ def _pool(worker):
     return config.get("kv_connector") or "-"
 
 
-def stack_summary(groups, hostvars, inventory=""):
+def stack_summary(groups, hostvars, service_defaults, inventory=""):
     """Lines: the frontend URL, one row per worker (host, GPUs, name, engine, model, pool), next steps."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     groups = groups or {}
-    url = _stack.frontend_url(hostvars, groups)
+    url = _stack.frontend_url(hostvars, groups, dict(service_defaults))
     rows = [("host", "gpus", "worker", "engine", "model", "system port", "KV pool")]
     models = set()
     for host in groups.get("dynamo_workers") or []:

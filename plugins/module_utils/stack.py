@@ -14,7 +14,8 @@ The address of host H (ADDRESS_ORDER, the only fallback in the collection):
 
 The frontend URL: ``http://<address>:<port>`` of the first host of the frontend group, where the
 address is the host's ``dynamo_frontend_http_host`` if the inventory sets one, else its address, and
-the port its ``dynamo_frontend_http_port`` (default FRONTEND_PORT).
+the port its ``dynamo_frontend_http_port``, else the stack contract's (``kvshare_service_defaults``,
+passed in by the caller: roles/kvshare is its only home).
 
 ``hostvars`` may be Ansible's HostVars (values templated on access) or plain dicts.
 """
@@ -24,7 +25,6 @@ __metaclass__ = type
 
 ADDRESS_ORDER = ("kvshare_bind_address", "ansible_facts.default_ipv4.address", "ansible_host", "inventory name")
 FRONTEND_GROUP = "dynamo_frontend"
-FRONTEND_PORT = 8000
 # The variables bind_address_of reads: a caller that hands it a host's variables picks these.
 BIND_ADDRESS_VARIABLES = ("kvshare_bind_address", "ansible_facts", "ansible_default_ipv4")
 
@@ -95,14 +95,15 @@ def frontend_group_errors(groups, group=FRONTEND_GROUP):
             % (group, len(hosts), ", ".join(hosts), hosts[0], ", ".join(hosts[1:]), group)]
 
 
-def frontend_url(hostvars, groups, group=FRONTEND_GROUP):
-    """``http://<address>:<port>`` of the frontend ('' when the group is empty)."""
+def frontend_url(hostvars, groups, service_defaults, group=FRONTEND_GROUP):
+    """``http://<address>:<port>`` of the frontend ('' when the group is empty); ``service_defaults``:
+    the stack contract, whose dynamo_frontend_http_port applies where the host sets none."""
     host = frontend_host(groups, group)
     if not host:
         return ""
     host_vars = _host_vars(hostvars, host)
     address = _get(host_vars, "dynamo_frontend_http_host") or host_address(hostvars, host)
-    port = _get(host_vars, "dynamo_frontend_http_port") or FRONTEND_PORT
+    port = _get(host_vars, "dynamo_frontend_http_port") or service_defaults["dynamo_frontend_http_port"]
     return "http://%s:%s" % (address, port)
 
 

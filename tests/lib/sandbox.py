@@ -22,11 +22,14 @@ import time
 import urllib.error
 import urllib.request
 
+import yaml
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 BIN = os.path.dirname(sys.executable)
 SANDBOX_DIR = os.environ.get("KVSHARE_SANDBOX_DIR", "/var/tmp/kvshare-sandbox")
 SSH_PORT = 2222
 SSH_OPTIONS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
+_CONTRACT = []
 
 
 def default_inventory():
@@ -36,6 +39,14 @@ def default_inventory():
 
 def ssh_key():
     return os.path.join(SANDBOX_DIR, "ssh", "id_ed25519")
+
+
+def service_defaults():
+    """The stack contract's kvshare_service_defaults (roles/kvshare/defaults/main.yml, its only home)."""
+    if not _CONTRACT:
+        with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as handle:
+            _CONTRACT.append(yaml.safe_load(handle)["kvshare_service_defaults"])
+    return dict(_CONTRACT[0])
 
 
 def copy_env(base):
@@ -152,7 +163,8 @@ class Sandbox:
 
     @property
     def frontend_url(self):
-        return "http://%s:8000" % self.address(self.frontend)
+        port = self.hostvars[self.frontend].get("dynamo_frontend_http_port") or service_defaults()["dynamo_frontend_http_port"]
+        return "http://%s:%s" % (self.address(self.frontend), port)
 
     def workers(self):
         """[(host, worker)] for every worker in the inventory."""

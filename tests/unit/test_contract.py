@@ -46,7 +46,6 @@ KNOWN = {
     ("port", "plugins/module_utils/kv_pools.py", "5555"): "MARU_HOST_DEFAULTS, a copy of role defaults",
     ("port", "plugins/module_utils/kvcr_config.py", "23280"): "HOST_DEFAULTS, a copy of role defaults",
     ("port", "plugins/module_utils/kvcr_config.py", "23080"): "HOST_DEFAULTS, a copy of role defaults",
-    ("port", "plugins/module_utils/stack.py", "8000"): "FRONTEND_PORT, a copy of the kvshare default",
 }
 
 

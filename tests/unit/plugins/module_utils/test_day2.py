@@ -6,12 +6,11 @@
 import os
 
 import pytest
-import yaml
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import day2
+from lib.sandbox import service_defaults
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "dynamo")
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 
 def _w(name, gpus, port=1):
@@ -47,8 +46,7 @@ def test_restart_selected_names_and_errors():
 
 def test_prometheus_targets_labels():
     # The ports come from the stack contract the playbook passes (kvshare_service_defaults).
-    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as handle:
-        SERVICE_DEFAULTS = yaml.safe_load(handle)["kvshare_service_defaults"]
+    SERVICE_DEFAULTS = service_defaults()
     hostvars = {
         "fe": {"kvshare_bind_address": "10.0.0.1"},
         "g1": {"kvshare_bind_address": "10.0.0.2", "dynamo_workers": [

@@ -5,6 +5,9 @@
 """module_utils/stack.py: the one address fallback and the frontend URL."""
 from ansible_collections.kvshare.dynamo.plugins.filter import stack as filters
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack
+from lib.sandbox import service_defaults
+
+SERVICE_DEFAULTS = service_defaults()
 
 
 def test_address_order():
@@ -26,11 +29,11 @@ def test_bind_address_is_the_first_two_steps():
 def test_frontend_url():
     hostvars = {"fe": {"kvshare_bind_address": "127.0.10.1"}, "fe2": {"dynamo_frontend_http_host": "127.0.0.5",
                                                                       "dynamo_frontend_http_port": 9000}}
-    assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe"]}) == "http://127.0.10.1:8000"
-    assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe2", "fe"]}) == "http://127.0.0.5:9000"
-    assert stack.frontend_url(hostvars, {"dynamo_frontend": []}) == ""
-    assert stack.frontend_url(hostvars, {}) == ""
-    assert filters.frontend_url({"dynamo_frontend": ["fe"]}, hostvars) == "http://127.0.10.1:8000"
+    assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe"]}, SERVICE_DEFAULTS) == "http://127.0.10.1:8000"
+    assert stack.frontend_url(hostvars, {"dynamo_frontend": ["fe2", "fe"]}, SERVICE_DEFAULTS) == "http://127.0.0.5:9000"
+    assert stack.frontend_url(hostvars, {"dynamo_frontend": []}, SERVICE_DEFAULTS) == ""
+    assert stack.frontend_url(hostvars, {}, SERVICE_DEFAULTS) == ""
+    assert filters.frontend_url({"dynamo_frontend": ["fe"]}, hostvars, SERVICE_DEFAULTS) == "http://127.0.10.1:8000"
     assert filters.host_address("fe", hostvars) == "127.0.10.1"
     assert filters.host_address("unknown", hostvars) == "unknown"
 
