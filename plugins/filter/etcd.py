@@ -16,8 +16,9 @@ def _get(hostvars_of_host, key, default=None):
     return default if value is None else value
 
 
-def etcd_client_urls(hosts, hostvars, tls=True):
-    """Return the client URLs of the given etcd hosts, in inventory order."""
+def etcd_client_urls(hosts, hostvars, service_defaults, tls=True):
+    """Return the client URLs of the given etcd hosts, in inventory order; ``service_defaults``
+    (kvshare_service_defaults) gives the client port of a host that sets none."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     scheme = "https" if tls else "http"
     urls = []
@@ -28,7 +29,7 @@ def etcd_client_urls(hosts, hostvars, tls=True):
             urls.append(str(member["client_url"]))
             continue
         address = _get(hv, "etcd_address") or _stack.host_address(hostvars, host)
-        port = int(_get(hv, "etcd_client_port", 2379))
+        port = int(_get(hv, "etcd_client_port", service_defaults["etcd_client_port"]))
         urls.append("%s://%s:%d" % (scheme, address, port))
     return urls
 

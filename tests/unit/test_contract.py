@@ -42,7 +42,6 @@ KNOWN = {
     ("fallback", "playbooks/site.yml", "firewall_state"): "the firewall toggle",
     ("fallback", "playbooks/validate.yml", "firewall_state"): "the firewall toggle",
     ("fallback", "roles/kvcr/templates/state-agent.env.j2", "etcd_client_env_checksum"): "the client env checksum export",
-    ("port", "plugins/filter/etcd.py", "2379"): "etcd client port fallback",
     ("port", "plugins/module_utils/kv_pools.py", "5555"): "MARU_HOST_DEFAULTS, a copy of role defaults",
     ("port", "plugins/module_utils/kvcr_config.py", "23280"): "HOST_DEFAULTS, a copy of role defaults",
     ("port", "plugins/module_utils/kvcr_config.py", "23080"): "HOST_DEFAULTS, a copy of role defaults",

@@ -67,3 +67,17 @@ def test_default_ipv4_address_and_the_variables_bind_address_of_reads():
     assert stack.bind_address_of(picked) == stack.bind_address_of(host_vars) == "127.0.0.6"
     assert stack.bind_address_of({"ansible_default_ipv4": {"address": "127.0.0.8"}}) == "127.0.0.8"
     assert "ansible_default_ipv4" in stack.BIND_ADDRESS_VARIABLES
+
+
+def test_etcd_client_urls_take_the_port_from_the_contract():
+    """A member's export wins, then its own etcd_address and port, then its address and the
+    contract's client port (changed here: no 2379 may come from anywhere else)."""
+    from ansible_collections.kvshare.dynamo.plugins.filter.etcd import etcd_client_urls
+    hostvars = {"e1": {"kvshare_bind_address": "127.0.10.1"},
+                "e2": {"kvshare_bind_address": "127.0.10.2", "etcd_client_port": 2479},
+                "e3": {"etcd_member": {"client_url": "https://127.0.10.3:3379"}},
+                "e4": {"etcd_address": "127.0.10.9"}}
+    contract = dict(SERVICE_DEFAULTS, etcd_client_port=12379)
+    assert etcd_client_urls(["e1", "e2", "e3", "e4"], hostvars, contract) == [
+        "https://127.0.10.1:12379", "https://127.0.10.2:2479", "https://127.0.10.3:3379", "https://127.0.10.9:12379"]
+    assert etcd_client_urls(["e1"], hostvars, SERVICE_DEFAULTS, False) == ["http://127.0.10.1:2379"]
