@@ -475,6 +475,12 @@ def endpoint_model_errors(host_workers, namespaces=None, host_envs=None):
     'dynamo/backend/generate': a different model 'a' is already registered there"): the worker that
     starts second exits (the mocker silently). The message names both workers, their hosts and the
     key each name comes from (served_model_name, else model).
+
+    One name loaded from two sources (model: two paths, even of the same files, or a path and a
+    Hugging Face id) is refused too: Dynamo 1.6.1 checksums the model card, the source included,
+    and its frontend keeps the first card of an endpoint's worker set and rejects the other
+    workers ("Rejected incompatible workers; the first accepted configuration retains the
+    WorkerSet", seen in the sandbox): they run and serve no request (HTTP 400 when targeted).
     """
     namespaces, host_envs = dict(namespaces or {}), dict(host_envs or {})
     first, errors = {}, []
@@ -487,8 +493,16 @@ def endpoint_model_errors(host_workers, namespaces=None, host_envs=None):
             endpoint, default = worker_endpoint(worker, namespaces.get(host), host_envs.get(host))
             name, key = served_model(worker)
             where = key_label(host, worker, pos, key)
-            seen = first.setdefault(_endpoint_key(endpoint), (name, where))
-            if seen[0] != name:
+            source = str(worker["model"])
+            seen = first.setdefault(_endpoint_key(endpoint), (name, where, source, key_label(host, worker, pos, "model")))
+            if seen[0] == name and seen[2] != source:
+                errors.append("%s: loads %r for %r on endpoint %s, where %s loads %r: Dynamo checksums the model card, "
+                              "the model's path or id included, and its frontend rejects every worker of an endpoint "
+                              "whose card differs from the first one's (they run but serve nothing). Give the workers "
+                              "of one endpoint the same model (one path, present on every host, or one Hugging Face "
+                              "id), or this one its own endpoint and served_model_name"
+                              % (key_label(host, worker, pos, "model"), source, name, endpoint, seen[3], seen[2]))
+            elif seen[0] != name:
                 errors.append("%s: serves %r on endpoint %s (%s), where %s serves %r: Dynamo registers one model per "
                               "endpoint and refuses the second at start. Give one of them its own endpoint "
                               "(dynamo_workers[<worker>].endpoint, e.g. dyn://%s.<component>.generate) or one "

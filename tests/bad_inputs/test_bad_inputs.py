@@ -248,6 +248,10 @@ CASES = [
     ("two_models_on_one_endpoint", "maru", lambda inv: inv["hosts"]["node-3"]["dynamo_workers"][0].pop("endpoint"),
      "node-3", ["dynamo_workers[mock-a].served_model_name on node-3", "serves 'mock' on endpoint dyn://dynamo.backend.generate",
                 "dynamo_workers[w0].model on node-2 serves 'Qwen/Qwen2.5-0.5B-Instruct'"]),
+    # one served name on one endpoint, loaded from two sources: the frontend rejects the second card
+    ("one_name_two_model_sources", "maru", worker("node-3", 1, model="Qwen/Qwen2.5-0.5B-Instruct-AWQ"),
+     "node-3", ["dynamo_workers[mock-b].model on node-3: loads 'Qwen/Qwen2.5-0.5B-Instruct-AWQ' for 'mock'",
+                "where dynamo_workers[mock-a].model on node-3 loads 'Qwen/Qwen2.5-0.5B-Instruct'"]),
     # the controller's collections: one it does not have, one older than required
     ("controller_collection_missing", "maru", controller_collections(kvshare__absent_dependency=">=1.0.0"), "localhost",
      ["collection kvshare.absent_dependency on the controller (localhost): not installed",
@@ -521,6 +525,7 @@ CHECK_OF = {
     "empty_etcd_group": "etcd_client : Check that etcd endpoints are known",
     "workers_without_frontend": "Check the worker list as the inventory writes it (dynamo_workers)",
     "two_models_on_one_endpoint": "dynamo_worker : Check that the workers of one endpoint serve one model (endpoint, served_model_name)",
+    "one_name_two_model_sources": "dynamo_worker : Check that the workers of one endpoint serve one model (endpoint, served_model_name)",
     "controller_collection_missing": "Check the controller's collections (kvshare.dynamo's galaxy.yml dependencies)",
     "controller_collection_too_old": "Check the controller's collections (kvshare.dynamo's galaxy.yml dependencies)",
     "two_frontends": "dynamo_frontend : Check that the inventory has one frontend (group dynamo_frontend)",

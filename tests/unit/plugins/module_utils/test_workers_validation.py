@@ -128,10 +128,10 @@ def test_served_model_name_is_the_name_and_an_endpoint_spelt_two_ways_is_one():
         "dynamo_workers[m1].served_model_name on b: serves 'mock2' on endpoint dyn://ns.mocker.generate (its endpoint), "
         "where dynamo_workers[m0].served_model_name on a serves 'mock'")
     assert "e.g. dyn://ns.<component>.generate" in errs[0]
-    # one name on one endpoint: fine, whatever the model paths
+    # one name and one model on one endpoint: fine
     assert w.endpoint_model_errors({
         "a": [model_worker("m0", "/models/x", endpoint=ep, served_model_name="mock")],
-        "b": [model_worker("m1", "/other/x", endpoint=ep, served_model_name="mock")]}) == []
+        "b": [model_worker("m1", "/models/x", endpoint=ep, served_model_name="mock")]}) == []
     # one host, two models on one endpoint: refused too
     assert len(w.endpoint_model_errors({"a": [model_worker("a0", "A"), model_worker("a1", "B")]})) == 1
 
@@ -167,3 +167,20 @@ def test_block_size():
             assert "--block-size must be a positive integer" in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_one_name_from_two_model_sources_on_one_endpoint_is_refused():
+    """Dynamo 1.6.1's frontend rejects a worker whose model card checksum differs from the first
+    of its worker set, and the card's checksum covers the model's source: seen in the sandbox with
+    the same files at two paths ("Rejected incompatible workers")."""
+    ep = "dyn://ns.mocker.generate"
+    errs = w.endpoint_model_errors({
+        "a": [model_worker("m0", "/models/x", endpoint=ep, served_model_name="mock")],
+        "b": [model_worker("m1", "/copy/x", endpoint=ep, served_model_name="mock"),
+              model_worker("m2", "org/x", endpoint=ep, served_model_name="mock")]})
+    assert len(errs) == 2
+    assert errs[0].startswith("dynamo_workers[m1].model on b: loads '/copy/x' for 'mock' on endpoint dyn://ns.mocker.generate, "
+                              "where dynamo_workers[m0].model on a loads '/models/x': Dynamo checksums the model card")
+    assert errs[1].startswith("dynamo_workers[m2].model on b: loads 'org/x'")
+    # the default endpoint too, where the name is the model itself: no served_model_name, one model
+    assert w.endpoint_model_errors({"a": [model_worker("w0", "Qwen/A")], "b": [model_worker("w1", "Qwen/A")]}) == []
