@@ -8,7 +8,7 @@ import os
 import re
 
 import d2lib as D
-from lib.sandbox import REPO, SANDBOX_DIR
+from lib.sandbox import REPO, SANDBOX_DIR, service_defaults
 from lib.sandbox_copy import mocker
 from lib.unit import load_script
 
@@ -36,7 +36,7 @@ def _models_not_there_refused(hub, before_units, before_ids):
     Hugging Face id the Hub does not have fails the role's staging, before any unit of the worker is
     written. Each failure names the host, the worker and its model as the inventory wrote them;
     every running worker is left alone."""
-    config_dir = D.Inv().hostvars["sb3"].get("dynamo_runtime_config_dir", "/etc/dynamo")
+    config_dir = D.Inv().hostvars["sb3"].get("dynamo_runtime_config_dir") or service_defaults()["dynamo_runtime_config_dir"]
     for worker, model, task in (
             (mocker("mock-e", "2", 3, model="/opt/kvshare/models/not-staged", served_model_name="tiny-absent",
                     endpoint="dyn://dynamo.absent.generate"),
@@ -131,7 +131,7 @@ def test_scale_out_worker_and_host(stack, record):
     inv = D.Inv()
     _untouched(before_units, before_ids, inv)
     assert set(inv.wait_all_serving()) == set(inv.worker_map())
-    config_dir = inv.hostvars["sb3"].get("dynamo_runtime_config_dir", "/etc/dynamo")
+    config_dir = inv.hostvars["sb3"].get("dynamo_runtime_config_dir") or service_defaults()["dynamo_runtime_config_dir"]
     assert "mock-e" not in D.sh("sb3", "ls %s/workers" % config_dir)
     assert _members("sb1") == members
     res, dummy = D.playbook("verify.yml", log="scale-out-verify")

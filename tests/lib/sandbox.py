@@ -14,6 +14,7 @@ tests/faults, tests/day2 and bench/bench.py.
     KVSHARE_SANDBOX_DIR   the main sandbox's directory: SSH key, wheelhouse, model (default
                           /var/tmp/kvshare-sandbox)
 """
+import functools
 import json
 import os
 import subprocess
@@ -29,7 +30,6 @@ BIN = os.path.dirname(sys.executable)
 SANDBOX_DIR = os.environ.get("KVSHARE_SANDBOX_DIR", "/var/tmp/kvshare-sandbox")
 SSH_PORT = 2222
 SSH_OPTIONS = "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR"
-_CONTRACT = []
 
 
 def default_inventory():
@@ -41,12 +41,16 @@ def ssh_key():
     return os.path.join(SANDBOX_DIR, "ssh", "id_ed25519")
 
 
+@functools.lru_cache(maxsize=None)
+def _service_defaults():
+    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as handle:
+        return yaml.safe_load(handle)["kvshare_service_defaults"]
+
+
 def service_defaults():
-    """The stack contract's kvshare_service_defaults (roles/kvshare/defaults/main.yml, its only home)."""
-    if not _CONTRACT:
-        with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as handle:
-            _CONTRACT.append(yaml.safe_load(handle)["kvshare_service_defaults"])
-    return dict(_CONTRACT[0])
+    """The stack contract's kvshare_service_defaults (roles/kvshare/defaults/main.yml, its only
+    home), a copy each call (read once)."""
+    return dict(_service_defaults())
 
 
 def copy_env(base):

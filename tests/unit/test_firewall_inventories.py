@@ -26,13 +26,13 @@ from ansible.vars.manager import VariableManager
 
 from ansible_collections.kvshare.dynamo.plugins.filter import firewall as ffw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as fw
+from lib.sandbox import service_defaults
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 with open(os.path.join(REPO, "roles", "firewall", "defaults", "main.yml")) as _fh:
     FIREWALL_DEFAULTS = yaml.safe_load(_fh)
-with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as _fh:
-    CONTRACT = yaml.safe_load(_fh)["kvshare_service_defaults"]
+CONTRACT = service_defaults()
 
 ANY = ["0.0.0.0/0", "::/0"]
 SB = ["127.0.10.1", "127.0.10.2", "127.0.10.3"]

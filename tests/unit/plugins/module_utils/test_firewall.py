@@ -10,12 +10,12 @@ import yaml
 
 from ansible_collections.kvshare.dynamo.plugins.filter import firewall as ffw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as fw
+from lib.sandbox import service_defaults
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
 
 # The real service defaults (the stack contract, roles/kvshare), as the firewall role passes them.
-with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as _fh:
-    CONTRACT = yaml.safe_load(_fh)["kvshare_service_defaults"]
+CONTRACT = service_defaults()
 DEFAULTS = ffw.role_defaults(CONTRACT)
 
 OPTIONS = {"policy": "drop", "table": "kvshare", "loopback_accept": "interface", "ssh_port": 22,

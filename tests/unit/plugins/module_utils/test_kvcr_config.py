@@ -9,6 +9,7 @@ import re
 import pytest
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config
+from lib.sandbox import service_defaults
 
 PREFIX = "01010101010101010101010101010101:02020202020202020202020202020202/0303030303030303"
 # ai-dynamo 1.6.1 dynamo/vllm/state_agent.py _CACHE_OWNER_PATTERN
@@ -95,8 +96,7 @@ def test_host_defaults_in_lock_step_with_the_role():
     import yaml
     with open(ROLE_DEFAULTS) as handle:
         defaults = yaml.safe_load(handle)
-    with open(os.path.join(os.path.dirname(ROLE_DEFAULTS), "..", "..", "kvshare", "defaults", "main.yml")) as handle:
-        contract = yaml.safe_load(handle)["kvshare_service_defaults"]
+    contract = service_defaults()
     for key, value in kvcr_config.HOST_DEFAULTS.items():
         default = defaults[key]
         if default == "{{ kvshare_service_defaults.%s }}" % key:  # the stack contract's value (roles/kvshare)

@@ -7,6 +7,7 @@ import os
 import socket
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import ports
+from lib.sandbox import service_defaults
 
 TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
    0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1001 1 0
@@ -114,17 +115,12 @@ def test_ss_output_parser_kept():
 
 # --- inventory level: the ports a host's services will listen on --------------------------------
 
-import yaml  # noqa: E402
-
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", ".."))
-
 
 def role_defaults():
     """The real service defaults (the stack contract, roles/kvshare), as validate.yml passes them."""
     from ansible_collections.kvshare.dynamo.plugins.filter import validation
 
-    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as fh:
-        return validation._role_defaults(yaml.safe_load(fh)["kvshare_service_defaults"])
+    return validation._role_defaults(service_defaults())
 
 
 GROUPS = {"etcd": ["a", "b"], "dynamo": ["a", "b", "c"], "dynamo_frontend": ["a"], "dynamo_workers": ["b", "c"],
@@ -209,8 +205,7 @@ def test_validation_filter_evaluates_the_state_agent_default_per_host():
     """The kvcr role runs the state agent on slot 0 by default: its port counts there, not on slot 1."""
     from ansible_collections.kvshare.dynamo.plugins.filter import validation
 
-    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as fh:
-        contract = yaml.safe_load(fh)["kvshare_service_defaults"]
+    contract = service_defaults()
     groups = {"kvcr": ["a", "b"], "dynamo": ["a", "b"], "dynamo_workers": ["a", "b"]}
     hostvars = {"a": {"kvcr_cache_slot": 0}, "b": {"kvcr_cache_slot": 1}}
     workers = [{"name": "kvcr", "system_port": 9091}]
