@@ -45,10 +45,10 @@ def worker_gpu_order(workers):
     return _workers.gpu_order(list(workers or []))
 
 
-def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
+def worker_errors(workers, host, frontend_hosts=None):
     """Validation messages for one host's dynamo_workers (empty list when valid)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
-    return _workers.worker_errors(workers, host, frontend_hosts, reserved_ports)
+    return _workers.worker_errors(workers, host, frontend_hosts)
 
 
 def _kv_transfer_config(worker):

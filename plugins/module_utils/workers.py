@@ -140,7 +140,7 @@ def _type_error(key, value):
     return ""
 
 
-def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
+def worker_errors(workers, host, frontend_hosts=None):
     """Validate one host's worker list. Returns a list of messages naming worker and variable."""
     errors = []
     if workers in (None, ""):
@@ -151,7 +151,6 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
         errors.append("dynamo_workers on %s: no frontend in the inventory (group dynamo_frontend is empty), "
                       "so no worker here can register anywhere" % host)
     seen_names, seen_ports, gpu_share = {}, {}, {}
-    reserved = dict(reserved_ports or {})
     for pos, worker in enumerate(workers):
         if not isinstance(worker, dict):
             errors.append("dynamo_workers[%d] on %s: must be a mapping" % (pos, host))
@@ -186,8 +185,6 @@ def worker_errors(workers, host, frontend_hosts=None, reserved_ports=None):
                 errors.append("%s: must be an integer in 1-65535 (got %r)" % (where(key), worker.get(key)))
             elif port in seen_ports:
                 errors.append("%s: %s %d is already used by %s" % (label, key, port, seen_ports[port]))
-            elif port in reserved:
-                errors.append("%s: %s %d is already used by %s" % (label, key, port, reserved[port]))
             else:
                 seen_ports[port] = "worker '%s' (%s)" % (name, key)
         if "gpus" in worker and not isinstance(worker.get("gpus"), list):

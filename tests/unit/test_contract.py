@@ -33,8 +33,6 @@ CONTRACT_HOME = "roles/kvshare/"
 
 KNOWN = {
     # (check, file, what): why it is still there
-    ("frontend", "roles/dynamo_worker/tasks/preflight.yml", "dynamo_frontend_http_port"):
-        "the port-clash check reads the co-located frontend's port without its default",
     ("fallback", "playbooks/etcd.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
     ("fallback", "playbooks/etcd_backup.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
     ("fallback", "playbooks/etcd_restore.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",

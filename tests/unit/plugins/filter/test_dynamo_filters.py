@@ -74,11 +74,6 @@ def test_no_frontend_is_an_error():
     assert errors and "no frontend" in errors[0]
 
 
-def test_reserved_port_clash_names_the_owner():
-    errors = w.worker_errors([wk("a", ["0"], system_port=8000)], "h1", ["fe"], {8000: "the frontend HTTP port"})
-    assert errors == ["worker 'a' on h1: system_port 8000 is already used by the frontend HTTP port"]
-
-
 def test_kv_transfer_config_accepts_json_string():
     cfg = w.kv_transfer_config({"name": "a", "kv_transfer_config": '{"kv_connector": "X", "kv_role": "kv_both"}'})
     assert cfg == {"kv_connector": "X", "kv_role": "kv_both"}

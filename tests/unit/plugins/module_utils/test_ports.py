@@ -201,6 +201,21 @@ def test_bind_address_shared_by_two_hosts():
         "listens on and advertises it)"]
 
 
+def test_validation_filter_refuses_the_frontends_default_port_for_a_worker():
+    """A worker on the frontend host asking for the frontend's port, which the inventory leaves at the
+    contract's default, is refused (the one check of it: the worker role's preflight has none)."""
+    from ansible_collections.kvshare.dynamo.plugins.filter import validation
+
+    contract = service_defaults()
+    port = contract["dynamo_frontend_http_port"]
+    groups = {"dynamo_frontend": ["a"], "dynamo_workers": ["a", "b"]}
+    hostvars = {"a": {}, "b": {}}
+    workers = [{"name": "w", "system_port": port}]
+    errors = validation.worker_service_port_errors(workers, "a", groups, hostvars, contract)
+    assert any(str(port) in e and "dynamo_frontend_http_port" in e for e in errors), errors
+    assert validation.worker_service_port_errors(workers, "b", groups, hostvars, contract) == []
+
+
 def test_validation_filter_evaluates_the_state_agent_default_per_host():
     """The kvcr role runs the state agent on slot 0 by default: its port counts there, not on slot 1."""
     from ansible_collections.kvshare.dynamo.plugins.filter import validation
