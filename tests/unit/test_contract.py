@@ -33,13 +33,6 @@ CONTRACT_HOME = "roles/kvshare/"
 
 KNOWN = {
     # (check, file, what): why it is still there
-    ("fallback", "playbooks/etcd.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
-    ("fallback", "playbooks/etcd_backup.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
-    ("fallback", "playbooks/etcd_restore.yml", "etcd_group_name"): "the etcd group's name (kvshare_service_defaults.etcd_group_name)",
-    ("fallback", "playbooks/guard_recovery.yml", "kvcr_group_name"): "the KVCR group's name (kvshare_service_defaults.kvcr_group_name)",
-    ("fallback", "playbooks/site.yml", "firewall_state"): "the firewall toggle",
-    ("fallback", "playbooks/validate.yml", "firewall_state"): "the firewall toggle",
-    ("fallback", "roles/kvcr/templates/state-agent.env.j2", "etcd_client_env_checksum"): "the client env checksum export",
     ("port", "plugins/module_utils/kv_pools.py", "5555"): "MARU_HOST_DEFAULTS, a copy of role defaults",
     ("port", "plugins/module_utils/kvcr_config.py", "23280"): "HOST_DEFAULTS, a copy of role defaults",
     ("port", "plugins/module_utils/kvcr_config.py", "23080"): "HOST_DEFAULTS, a copy of role defaults",
