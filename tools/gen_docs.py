@@ -38,6 +38,13 @@ _MARKUP = [
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+
+@functools.lru_cache(maxsize=None)
+def _contract():
+    """kvshare_service_defaults, the stack contract (roles/kvshare/defaults/main.yml)."""
+    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as handle:
+        return yaml.safe_load(handle)["kvshare_service_defaults"]
+
 def _load(path):
     with open(path, encoding="utf-8") as handle:
         return yaml.load(handle, Loader=_LOADER)
@@ -200,8 +207,13 @@ class TagModel:
     def _host(self, rel, entry, play, role):
         if entry == os.path.join("playbooks", "site.yml"):
             hosts = str(play.get("hosts", ""))
-            match = re.search(r"default\(['\"]([^'\"]+)['\"]\)", hosts) if "{{" in hosts else None
-            self.hosts.setdefault(_role_name(role), match.group(1) if match else hosts)
+            if "{{" in hosts:
+                # A group named by a variable: the stack contract's value (roles/kvshare) of the
+                # variable or of the contract entry its default reads.
+                names = re.findall(r"\b([a-z][a-z0-9_]*_group_name)\b", hosts)
+                contract = _contract()
+                hosts = next((str(contract[n]) for n in names if n in contract), hosts)
+            self.hosts.setdefault(_role_name(role), hosts)
 
     def _role(self, role, tasks_from, entry, inherited, parents):
         meta = os.path.join(REPO, "roles", role, "meta")

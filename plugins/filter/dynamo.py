@@ -220,12 +220,12 @@ def format_text(value, template):
     return template.format(*value)
 
 
-def kv_share_pairs(hosts, hostvars, named_pairs=None, groups=None):
+def kv_share_pairs(hosts, hostvars, named_pairs, groups, contract):
     """Worker pairs for verify.yml (see module_utils.workers.share_pairs); each worker as its pool
-    (kv_pool) configures it, which needs ``groups``."""
+    (kv_pool) configures it, which needs ``groups`` and the stack contract (kvshare_service_defaults)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
-    host_workers = dict((host, _kv_pools.host_workers(host, hostvars, groups)) for host in hosts or [])
+    host_workers = dict((host, _kv_pools.host_workers(host, hostvars, groups, dict(contract))) for host in hosts or [])
     try:
         return _workers.share_pairs(host_workers, named_pairs)
     except ValueError as exc:

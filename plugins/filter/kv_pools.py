@@ -9,26 +9,27 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 
-def kv_pool_workers(workers, host, hostvars, groups):
-    """``host``'s workers, each that names a pool (kv_pool) with what the pool gives it."""
+def kv_pool_workers(workers, host, hostvars, groups, contract):
+    """``host``'s workers, each that names a pool (kv_pool) with what the pool gives it (``contract``: the
+    stack contract, kvshare_service_defaults, for what the pool host leaves unset)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     try:
-        return _kv_pools.resolve_workers(host, list(workers or []), hostvars, groups)
+        return _kv_pools.resolve_workers(host, list(workers or []), hostvars, groups, dict(contract))
     except _kv_pools.PoolError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def kv_pool_errors(workers, host, hostvars, groups):
+def kv_pool_errors(workers, host, hostvars, groups, contract):
     """Why the pools ``host``'s workers name do not resolve, or what they set twice (empty when fine)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
-    return _kv_pools.pool_errors(host, workers, hostvars, groups)
+    return _kv_pools.pool_errors(host, workers, hostvars, groups, dict(contract))
 
 
-def kv_pool_clients(pool_host, hostvars, groups):
+def kv_pool_clients(pool_host, hostvars, groups, contract):
     """The workers of every host that the Maru pool on ``pool_host`` feeds."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     try:
-        return _kv_pools.pool_clients(pool_host, hostvars, groups)
+        return _kv_pools.pool_clients(pool_host, hostvars, groups, dict(contract))
     except _kv_pools.PoolError as exc:
         raise AnsibleFilterError("kv_pool_clients of %s: %s" % (pool_host, exc)) from exc
 

@@ -51,9 +51,10 @@ def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
     return members
 
 
-def kvcr_agreement_errors(hosts, hostvars, default_worker_name="kvcr", group="kvcr"):
+def kvcr_agreement_errors(hosts, hostvars, contract, worker_name, group):
     """Settings that differ between the KVCR hosts (module_utils.kvcr_checks.AGREED_SETTINGS: kvcr_* values,
-    the role defaults for unset ones, and the KVCR worker's vLLM --block-size)."""
+    the stack contract's (kvshare_service_defaults) for unset ones, and the vLLM --block-size of each
+    host's KVCR worker: ``worker_name`` unless the host sets kvcr_worker_name)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_checks as _kvcr_checks
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config as _kvcr_config
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
@@ -61,9 +62,9 @@ def kvcr_agreement_errors(hosts, hostvars, default_worker_name="kvcr", group="kv
     for host in hosts or []:
         settings = {}
         for key, dummy in _kvcr_checks.AGREED_SETTINGS:
-            if key in _kvcr_config.HOST_DEFAULTS:
-                settings[key] = _hostvar(hostvars, host, key, _kvcr_config.HOST_DEFAULTS[key])
-        name = _hostvar(hostvars, host, "kvcr_worker_name", default_worker_name)
+            if key in _kvcr_config.HOST_KEYS:
+                settings[key] = _hostvar(hostvars, host, key, contract[key])
+        name = _hostvar(hostvars, host, "kvcr_worker_name", worker_name)
         workers = _hostvar(hostvars, host, "dynamo_workers", [])
         for worker in workers if isinstance(workers, list) else []:
             if isinstance(worker, dict) and worker.get("name") == name:

@@ -31,7 +31,7 @@ def stack_summary(groups, hostvars, service_defaults, inventory=""):
     rows = [("host", "gpus", "worker", "engine", "model", "system port", "KV pool")]
     models = set()
     for host in groups.get("dynamo_workers") or []:
-        workers = _kv_pools.host_workers(host, hostvars, groups)
+        workers = _kv_pools.host_workers(host, hostvars, groups, dict(service_defaults))
         for worker in sorted(workers, key=lambda w: (",".join(str(g) for g in w.get("gpus") or []), str(w.get("name")))):
             model = worker.get("model") or ("mocker" if worker.get("engine") == "mocker" else "")
             models.add(model)

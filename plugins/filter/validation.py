@@ -14,11 +14,12 @@ def worker_port_requests(workers, bind_address):
     return _workers.port_requests(list(workers or []) if isinstance(workers, list) else [], bind_address)
 
 
-def worker_cluster_errors(hosts, hostvars, groups=None):
+def worker_cluster_errors(hosts, hostvars, groups, contract):
     """Cross-host worker checks (unique maru_instance_id), on the workers as their pools (kv_pool) configure them."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
-    return _workers.cluster_worker_errors(dict((host, _kv_pools.host_workers(host, hostvars, groups)) for host in hosts or []))
+    return _workers.cluster_worker_errors(dict((host, _kv_pools.host_workers(host, hostvars, groups, dict(contract)))
+                                                      for host in hosts or []))
 
 
 def worker_endpoint_errors(hosts, hostvars):

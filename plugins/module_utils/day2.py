@@ -88,7 +88,7 @@ def prometheus_targets(hostvars, groups, service_defaults, maru_metrics_port=0, 
         addr = hv.get("dynamo_frontend_http_host") or _addr(hostvars, host)
         out["dynamo-frontend"].append(group("%s:%s" % (addr, port), host, "dynamo-frontend"))
     for host in groups.get("dynamo_workers", []):
-        for worker in _kv_pools.host_workers(host, hostvars, groups):
+        for worker in _kv_pools.host_workers(host, hostvars, groups, service_defaults):
             out["dynamo-worker"].append(group(
                 "%s:%s" % (_addr(hostvars, host), worker["system_port"]), host, "dynamo-worker",
                 worker=worker["name"], gpu=",".join(gpu_key(worker)), pool=pool_id(host, worker) or "",

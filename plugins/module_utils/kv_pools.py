@@ -20,9 +20,10 @@ A worker of ``dynamo_workers`` names its pool with ``kv_pool``:
 What the pool gives is merged with what the worker writes: ``kv_transfer_config`` mapping by mapping
 (the worker's value wins, except where the pool sets the key: an error), ``env`` (the pool's keys may
 not be set again), ``extra_args`` (the pool's first). The resolved worker keeps ``kv_pool`` as a
-mapping with ``type`` and ``host``. Variables are read through ``hostvars`` with the roles' defaults
-(MARU_HOST_DEFAULTS, kvcr_config.HOST_DEFAULTS) for what the inventory leaves unset, so every play can
-resolve a worker, also those that load no pool role (verify.yml, status.yml).
+mapping with ``type`` and ``host``. Variables are read through ``hostvars``; what the inventory leaves
+unset comes from the stack contract (``kvshare_service_defaults``, roles/kvshare: the pool roles'
+defaults read it too), which every caller passes in as ``contract``, so every play can resolve a
+worker, also those that load no pool role (verify.yml, status.yml).
 ``hostvars`` may be Ansible's HostVars (values templated on access) or plain dicts.
 
 Stdlib only.
@@ -45,20 +46,9 @@ KEYS = {
     "maru": ("type", "host", "pool_size", "chunk_size", "kv_chunk_tokens", "instance_id", "eager_map"),
     "kvcr": ("type",),
 }
-# The maru_pool role's defaults that the settings are derived from when the role is not loaded
-# (tests/unit/plugins/module_utils/test_kv_pools.py keeps them in lock-step with the role and the
-# stack contract).
-MARU_HOST_DEFAULTS = {
-    "maru_pool_bind_address": "127.0.0.1",
-    "maru_pool_server_port": 5555,
-    "maru_pool_pool_size": "4G",
-    "maru_pool_chunk_size": "4M",
-    "maru_pool_kv_chunk_tokens": 256,
-    "maru_pool_connector": "maru",
-    "maru_pool_lmcache_pool_size_gb": 4,
-}
-# The stack contract's KVCR group (kvcr_group_name).
-KVCR_GROUP = "kvcr"
+# The pool host's variables the workers' settings are derived from (unset: the stack contract's).
+MARU_HOST_KEYS = ("maru_pool_bind_address", "maru_pool_server_port", "maru_pool_pool_size", "maru_pool_chunk_size",
+                  "maru_pool_kv_chunk_tokens", "maru_pool_connector", "maru_pool_lmcache_pool_size_gb")
 # The collection's MaruKVConnector (upstream's with vLLM 0.31's KV layout; docs/maru.md).
 MARU_CONNECTOR = "MaruKVConnector"
 MARU_CONNECTOR_MODULE = "kvshare_maru_connector"
@@ -142,9 +132,9 @@ def maru_pool_host(host, ref, groups):
                     % (MARU_GROUP, ", ".join(pool_hosts), host))
 
 
-def maru_pool_settings(pool_vars):
-    """The pool host's maru_pool_* values the workers' settings come from (role defaults for unset ones)."""
-    return dict((key, _var(pool_vars, key, default)) for key, default in MARU_HOST_DEFAULTS.items())
+def maru_pool_settings(pool_vars, contract):
+    """The pool host's maru_pool_* values the workers' settings come from (the contract's for unset ones)."""
+    return dict((key, _var(pool_vars, key, contract[key])) for key in MARU_HOST_KEYS)
 
 
 def maru_server_url(pool):
@@ -214,12 +204,12 @@ def _maru_parts(host, worker, ref, pool_host, pool):
     return {"kv_transfer_config": _maru.kv_transfer_config(extra, module_path=MARU_CONNECTOR_MODULE)}
 
 
-def _kvcr_parts(host, worker, host_vars, groups):
-    group = str(_var(host_vars, "kvcr_group_name", KVCR_GROUP))
+def _kvcr_parts(host, worker, host_vars, groups, contract):
+    group = str(_var(host_vars, "kvcr_group_name", contract["kvcr_group_name"]))
     if str(host) not in _group(groups, group):
         raise PoolError("%s is not a KVCR host (group %s): a KVCR worker uses its own host's KVCR slot" % (host, group))
     try:
-        settings = _kvcr_config.host_worker_settings(host_vars)
+        settings = _kvcr_config.host_worker_settings(host_vars, contract)
     except (KeyError, TypeError, ValueError) as exc:
         raise PoolError("the KVCR settings of %s: %s" % (host, exc))
     if worker.get("engine") == "mocker":
@@ -227,7 +217,7 @@ def _kvcr_parts(host, worker, host_vars, groups):
     return settings
 
 
-def worker_parts(host, worker, hostvars, groups):
+def worker_parts(host, worker, hostvars, groups, contract):
     """(kv_pool as a mapping with type and host, what the pool gives the worker) for a worker that
     names a pool; (None, {}) for one that does not. Raises PoolError."""
     ref = pool_ref(worker.get("kv_pool"))
@@ -236,12 +226,12 @@ def worker_parts(host, worker, hostvars, groups):
     if ref["type"] == "maru":
         pool_host = maru_pool_host(host, ref, groups)
         pool_vars = _host_vars(hostvars, pool_host)
-        pool = maru_pool_settings(pool_vars)
+        pool = maru_pool_settings(pool_vars, contract)
         parts = _maru_parts(host, worker, ref, pool_host, pool)
         _check_reachable(host, pool_host, pool, _var(pool_vars, "kvshare_bind_address"))
     else:
         pool_host = str(host)
-        parts = _kvcr_parts(host, worker, _host_vars(hostvars, host), groups)
+        parts = _kvcr_parts(host, worker, _host_vars(hostvars, host), groups, contract)
     return dict(ref, host=pool_host), parts
 
 
@@ -277,7 +267,7 @@ def merge(worker, ref, parts):
     return out
 
 
-def resolve_workers(host, workers, hostvars, groups):
+def resolve_workers(host, workers, hostvars, groups, contract):
     """``host``'s workers, each that names a pool with what the pool gives it. Raises PoolError
     naming the worker's kv_pool as the inventory writes it."""
     out = []
@@ -286,21 +276,21 @@ def resolve_workers(host, workers, hostvars, groups):
             out.append(worker)
             continue
         try:
-            ref, parts = worker_parts(host, worker, hostvars, groups)
+            ref, parts = worker_parts(host, worker, hostvars, groups, contract)
         except PoolError as exc:
             raise PoolError("%s: %s" % (_workers.key_label(host, worker, pos, "kv_pool"), exc))
         out.append(merge(worker, ref, parts))
     return out
 
 
-def host_workers(host, hostvars, groups):
+def host_workers(host, hostvars, groups, contract):
     """``host``'s resolved workers read through hostvars; the written ones when a pool does not
     resolve (its own check reports that), [] when the host has none."""
     workers = _var(_host_vars(hostvars, host), "dynamo_workers", [])
     if not isinstance(workers, (list, tuple)):
         return []
     try:
-        return resolve_workers(host, list(workers), hostvars, groups)
+        return resolve_workers(host, list(workers), hostvars, groups, contract)
     except PoolError:
         return list(workers)
 
@@ -363,7 +353,7 @@ def _block_size_errors(host, worker, pos, ref, parts):
             % (where, size, tokens, source, _maru.effective_kv_chunk_tokens(tokens, block), tokens, block)]
 
 
-def pool_errors(host, workers, hostvars, groups):
+def pool_errors(host, workers, hostvars, groups, contract):
     """Messages about the pools ``host``'s workers name (empty when every one resolves), each naming
     the worker's key as the inventory writes it (dynamo_workers[<worker>].kv_pool on <host>)."""
     errors = []
@@ -379,7 +369,7 @@ def pool_errors(host, workers, hostvars, groups):
                               "in kv_pool)" % _workers.key_label(host, worker, pos, "kv_transfer_config"))
             continue
         try:
-            ref, parts = worker_parts(host, worker, hostvars, groups)
+            ref, parts = worker_parts(host, worker, hostvars, groups, contract)
         except PoolError as exc:
             errors.append("%s: %s" % (_workers.key_label(host, worker, pos, "kv_pool"), exc))
             continue
@@ -388,14 +378,14 @@ def pool_errors(host, workers, hostvars, groups):
     return errors
 
 
-def pool_clients(pool_host, hostvars, groups):
+def pool_clients(pool_host, hostvars, groups, contract):
     """The workers of every host (group dynamo_workers) that the Maru pool on ``pool_host`` feeds, in
     inventory order: host, name, where (their kv_pool as the inventory writes it), the values they
     use (instance_id, pool_size, chunk_size, kv_chunk_tokens, eager_map), for each value the variable
     it comes from (``source``), and with connector lmcache their LMCache config and its file. Workers
     whose kv_pool does not resolve are left out (their own check reports them)."""
     pool_host = str(pool_host)
-    pool = maru_pool_settings(_host_vars(hostvars, pool_host))
+    pool = maru_pool_settings(_host_vars(hostvars, pool_host), contract)
     clients, seen = [], set()
     for host in _group(groups, WORKERS_GROUP):
         workers = _var(_host_vars(hostvars, host), "dynamo_workers", [])

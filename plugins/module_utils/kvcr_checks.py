@@ -136,7 +136,7 @@ def _same(value):
 
 def agreement_errors(host_settings, group="kvcr"):
     """Settings that differ between the KVCR hosts (AGREED_SETTINGS). ``host_settings``: one
-    (host, {setting: value}) per KVCR host, in inventory order, the role defaults (HOST_DEFAULTS)
+    (host, {setting: value}) per KVCR host, in inventory order, the stack contract's values
     standing in for what a host leaves unset. Each message names the setting, every host with its
     value and why one value is needed."""
     errors = []

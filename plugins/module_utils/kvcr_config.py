@@ -72,8 +72,9 @@ def cache_owner_id(slot, slot_count, prefix):
 def kv_transfer_config(variant, slot, slot_count, advertise_host, options):
     """The worker's --kv-transfer-config for the variant (OffloadingConnector + KVCR tier).
 
-    options: owner_prefix, cpu_bytes, control_port, socket_path (memory_service),
-    compatibility_digest (memory_service), secondary_g2_slots (process_local), enable_telemetry.
+    options (every one required; the kvcr role's variables, or host_worker_settings's): owner_prefix,
+    cpu_bytes, control_port, socket_path (memory_service), compatibility_digest (memory_service),
+    secondary_g2_slots (process_local), enable_telemetry.
     """
     if variant not in VARIANTS:
         raise ValueError("unknown KVCR variant %r" % (variant,))
@@ -82,19 +83,19 @@ def kv_transfer_config(variant, slot, slot_count, advertise_host, options):
         tier["kvcr_service_socket_path"] = str(options["socket_path"])
         tier["compatibility_digest"] = str(options.get("compatibility_digest") or "")
     else:
-        tier["secondary_g2_slots"] = int(options.get("secondary_g2_slots", 1024))
+        tier["secondary_g2_slots"] = int(options["secondary_g2_slots"])
     tier.update({
         "router_capabilities": ["router_hint"],
         "control_host": str(advertise_host),
-        "control_ports": [int(options.get("control_port", 23280))],
+        "control_ports": [int(options["control_port"])],
         "control_advertise_host": str(advertise_host),
-        "enable_telemetry": bool(options.get("enable_telemetry", True)),
+        "enable_telemetry": bool(options["enable_telemetry"]),
     })
     return {
         "kv_connector": "OffloadingConnector",
         "kv_role": "kv_both",
         "kv_connector_extra_config": {
-            "cpu_bytes_to_use": int(options.get("cpu_bytes", 2147483648)),
+            "cpu_bytes_to_use": int(options["cpu_bytes"]),
             "spec_name": "TieringOffloadingSpec",
             "self_describing_kv_events": True,
             "dynamo_state_agent": {
@@ -119,24 +120,13 @@ def worker_env(slot, slot_count, hash_seed, proto_info=False):
     return env
 
 
-# Role defaults (roles/kvcr/defaults/main.yml) the worker settings (kv_pool: kvcr,
-# module_utils.kv_pools) are derived from when the kvcr role is not loaded (status.yml, verify.yml,
-# any play that only reads dynamo_workers);
-# tests/unit/plugins/module_utils/test_kvcr_config.py keeps them in lock-step with the role.
-HOST_DEFAULTS = {
-    "kvcr_variant": "memory_service",
-    "kvcr_cache_slot_count": 2,
-    "kvcr_cache_owner_prefix": "01010101010101010101010101010101:02020202020202020202020202020202/0303030303030303",
-    "kvcr_compatibility_digest": "",
-    "kvcr_hash_seed": 0,
-    "kvcr_ucx_proto_info": False,
-    "kvcr_cpu_bytes": 2147483648,
-    "kvcr_control_port": 23280,
-    "kvcr_kv_events_port": 23080,
-    "kvcr_secondary_g2_slots": 1024,
-    "kvcr_enable_telemetry": True,
-    "kvcr_service_socket_path": "/run/kvcr/memory.sock",
-}
+# The host's kvcr_* variables the worker settings (kv_pool: kvcr, module_utils.kv_pools) are derived
+# from; what the host leaves unset comes from the stack contract (kvshare_service_defaults, passed in:
+# the kvcr role's defaults read it too), so plays that do not load the kvcr role (status.yml,
+# verify.yml, any play that only reads dynamo_workers) derive the same settings.
+HOST_KEYS = ("kvcr_variant", "kvcr_cache_slot_count", "kvcr_cache_owner_prefix", "kvcr_compatibility_digest",
+             "kvcr_hash_seed", "kvcr_ucx_proto_info", "kvcr_cpu_bytes", "kvcr_control_port", "kvcr_kv_events_port",
+             "kvcr_secondary_g2_slots", "kvcr_enable_telemetry", "kvcr_service_socket_path")
 
 
 def _truthy(value):
@@ -161,16 +151,17 @@ def kv_events_args(port):
     return ["--kv-events-config", json.dumps(cfg, sort_keys=True, separators=(",", ":"))]
 
 
-def host_worker_settings(host_vars):
+def host_worker_settings(host_vars, contract):
     """The KVCR worker settings of one host from its variables alone (no preflight facts needed).
 
-    host_vars: the host's variables (hostvars[host]); role defaults fill what is unset.
+    host_vars: the host's variables (hostvars[host]); contract: the stack contract
+    (kvshare_service_defaults), whose HOST_KEYS fill what the host leaves unset.
     Returns {"kv_transfer_config", "env", "extra_args"}: what a worker that names the host's pool
     (kv_pool: kvcr) gets.
     """
     def get(key):
         value = host_vars.get(key)
-        return HOST_DEFAULTS[key] if value is None else value
+        return contract[key] if value is None else value
     advertise = host_advertise_host(host_vars)
     options = {
         "owner_prefix": get("kvcr_cache_owner_prefix"),

@@ -33,9 +33,6 @@ CONTRACT_HOME = "roles/kvshare/"
 
 KNOWN = {
     # (check, file, what): why it is still there
-    ("port", "plugins/module_utils/kv_pools.py", "5555"): "MARU_HOST_DEFAULTS, a copy of role defaults",
-    ("port", "plugins/module_utils/kvcr_config.py", "23280"): "HOST_DEFAULTS, a copy of role defaults",
-    ("port", "plugins/module_utils/kvcr_config.py", "23080"): "HOST_DEFAULTS, a copy of role defaults",
 }
 
 

@@ -20,6 +20,7 @@ from ansible.vars.hostvars import HostVars
 from ansible.vars.manager import VariableManager
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools, workers
+from lib.sandbox import service_defaults
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,7 +38,7 @@ def resolved(inventory):
     inv = InventoryManager(loader=loader, sources=[os.path.join(REPO, "inventories", inventory)])
     hostvars = HostVars(inventory=inv, variable_manager=VariableManager(loader=loader, inventory=inv), loader=loader)
     groups = inv.get_groups_dict()
-    return dict((h, kv_pools.host_workers(h, hostvars, groups)) for h in groups.get("dynamo_workers", [])), groups
+    return dict((h, kv_pools.host_workers(h, hostvars, groups, service_defaults())) for h in groups.get("dynamo_workers", [])), groups
 
 
 def test_two_node_kvcr_gets_its_cross_host_pair_without_kvshare_verify_pairs():

@@ -140,7 +140,7 @@ RENDER = """
       delegate_to: localhost
     - name: Dump the worker as its pool (kv_pool kvcr) configures it for the dynamo_worker role
       ansible.builtin.copy:
-        content: "{{ {'workers': dynamo_workers | kvshare.dynamo.kv_pool_workers(inventory_hostname, hostvars, groups)}
+        content: "{{ {'workers': dynamo_workers | kvshare.dynamo.kv_pool_workers(inventory_hostname, hostvars, groups, kvshare_service_defaults)}
           | to_json }}"
         dest: "{{ out }}/worker.json"
         mode: "0644"
@@ -258,11 +258,13 @@ WITHOUT_PREFLIGHT = """
 - name: Read the worker lists without the kvcr preflight (as status.yml and verify.yml do)
   hosts: gpu-a
   gather_facts: false
+  roles:
+    - role: kvshare.dynamo.kvshare
   tasks:
     - name: Dump every KVCR host's worker list, read through hostvars, as the workers' pool configures it
       ansible.builtin.copy:
-        content: "{{ {'gpu-a': hostvars['gpu-a'].dynamo_workers | kvshare.dynamo.kv_pool_workers('gpu-a', hostvars, groups),
-          'gpu-b': hostvars['gpu-b'].dynamo_workers | kvshare.dynamo.kv_pool_workers('gpu-b', hostvars, groups)} | to_json }}"
+        content: "{{ {'gpu-a': hostvars['gpu-a'].dynamo_workers | kvshare.dynamo.kv_pool_workers('gpu-a', hostvars, groups, kvshare_service_defaults),
+          'gpu-b': hostvars['gpu-b'].dynamo_workers | kvshare.dynamo.kv_pool_workers('gpu-b', hostvars, groups, kvshare_service_defaults)} | to_json }}"
         dest: "{{ out }}"
         mode: "0644"
       delegate_to: localhost

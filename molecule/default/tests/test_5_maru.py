@@ -13,6 +13,7 @@ import re
 import sys
 
 from conftest import HOSTVARS, REPO, address, group, wait_for, workers
+from lib.sandbox import service_defaults
 
 # The collection's module_utils by FQCN: collections/ links to this checkout.
 if os.path.join(REPO, "collections") not in sys.path:
@@ -29,7 +30,7 @@ def _maru_workers():
     """(host, worker) of every MaruKVConnector worker, as its pool (kv_pool) configures it (from the raw
     inventory: the connector and maru_instance_id it gets need no templating)."""
     groups = dict((name, group(name)) for name in ("maru_pool", "dynamo_workers", "kvcr"))
-    resolved = [(h, kv_pools.resolve_workers(h, [w], HOSTVARS, groups)[0]) for h, w in workers()]
+    resolved = [(h, kv_pools.resolve_workers(h, [w], HOSTVARS, groups, service_defaults())[0]) for h, w in workers()]
     return [(h, w) for h, w in resolved if (w.get("kv_transfer_config") or {}).get("kv_connector") == "MaruKVConnector"]
 
 

@@ -7,6 +7,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.kvshare.dynamo.plugins.filter.kv_pools import kv_pool_workers, maru_server_url
+from lib.sandbox import service_defaults
 
 
 def test_the_pool_url_is_the_one_its_workers_get():
@@ -14,7 +15,7 @@ def test_the_pool_url_is_the_one_its_workers_get():
     worker = {"name": "w0", "engine": "vllm", "model": "m", "gpus": ["0"], "system_port": 1, "kv_pool": "maru"}
     hostvars = {"pool": pool, "node": {"dynamo_workers": [worker]}}
     groups = {"maru_pool": ["pool"], "dynamo_workers": ["node"]}
-    got = kv_pool_workers([worker], "node", hostvars, groups)[0]
+    got = kv_pool_workers([worker], "node", hostvars, groups, service_defaults())[0]
     url = got["kv_transfer_config"]["kv_connector_extra_config"]["maru_server_url"]
     assert url == maru_server_url(pool) == "tcp://10.0.0.2:5600"
 

@@ -11,6 +11,10 @@ import yaml
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as kp
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config
+from lib.sandbox import service_defaults
+
+# The stack contract (roles/kvshare), which every caller passes in.
+CONTRACT = service_defaults()
 
 ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles")
 
@@ -41,15 +45,20 @@ def _load(*parts):
         return yaml.safe_load(handle)
 
 
-def test_maru_host_defaults_in_lock_step_with_the_role_and_the_contract():
+def test_the_pool_role_reads_its_worker_facing_defaults_from_the_contract():
+    """Each pool setting a worker derives has one home, the contract: the role's default reads it
+    (so a play that does not load the role derives the same value)."""
     defaults = _load("maru_pool", "defaults", "main.yml")
-    contract = _load("kvshare", "defaults", "main.yml")["kvshare_service_defaults"]
-    for key, value in kp.MARU_HOST_DEFAULTS.items():
-        default = defaults[key]
-        if default == "{{ kvshare_service_defaults.%s }}" % key:
-            default = contract[key]
-        assert default == value, key
-    assert contract["kvcr_group_name"] == kp.KVCR_GROUP
+    for key in kp.MARU_HOST_KEYS:
+        assert key in CONTRACT, key
+        assert defaults[key] == "{{ kvshare_service_defaults.%s }}" % key, key
+
+
+def test_a_pool_setting_left_unset_comes_from_the_contract_passed_in():
+    hostvars, groups = cluster(p1=[vllm("a")])
+    contract = dict(CONTRACT, maru_pool_server_port=6123, maru_pool_chunk_size="8M")
+    (worker,) = kp.resolve_workers("p1", [vllm("a")], hostvars, groups, contract)
+    assert extra(worker)["maru_server_url"] == "tcp://127.0.0.1:6123" and extra(worker)["maru_chunk_size"] == "8M"
 
 
 # ---------------------------------------------------------------- Maru: what the pool gives
@@ -57,7 +66,7 @@ def test_maru_host_defaults_in_lock_step_with_the_role_and_the_contract():
 def test_maru_worker_gets_the_pool_hosts_settings():
     hostvars, groups = cluster({"maru_pool_bind_address": "10.0.0.1", "maru_pool_chunk_size": "128K"},
                                p1=[vllm("a")])
-    (worker,) = kp.resolve_workers("p1", hostvars["p1"]["dynamo_workers"], hostvars, groups)
+    (worker,) = kp.resolve_workers("p1", hostvars["p1"]["dynamo_workers"], hostvars, groups, CONTRACT)
     assert worker["kv_pool"] == {"type": "maru", "host": "p1"}
     assert worker["kv_transfer_config"] == {
         "kv_connector": "MaruKVConnector", "kv_connector_module_path": "kvshare_maru_connector", "kv_role": "kv_both",
@@ -69,24 +78,24 @@ def test_maru_worker_gets_the_pool_hosts_settings():
 
 def test_unset_pool_variables_are_the_role_defaults():
     hostvars, groups = cluster(p1=[vllm("a")])
-    got = extra(kp.resolve_workers("p1", [vllm("a")], hostvars, groups)[0])
+    got = extra(kp.resolve_workers("p1", [vllm("a")], hostvars, groups, CONTRACT)[0])
     assert got["maru_server_url"] == "tcp://127.0.0.1:5555"  # maru_pool_bind_address: loopback by default
     assert (got["maru_pool_size"], got["maru_chunk_size"], got["maru_kv_chunk_tokens"]) == ("4G", "4M", 256)
     # a bad pool default is named with its host
     hostvars["p1"]["maru_pool_chunk_size"] = "big"
     with pytest.raises(kp.PoolError, match="maru_pool_chunk_size on p1: invalid size 'big'"):
-        kp.resolve_workers("p1", [vllm("a")], hostvars, groups)
+        kp.resolve_workers("p1", [vllm("a")], hostvars, groups, CONTRACT)
 
 
 def test_worker_values_win_over_the_pool_defaults():
     hostvars, groups = cluster({"maru_pool_pool_size": "128M"}, p1=[])
     ref = {"type": "maru", "pool_size": "8G", "chunk_size": 65536, "kv_chunk_tokens": 128, "instance_id": "x1",
            "eager_map": False}
-    got = extra(kp.resolve_workers("p1", [vllm("a", ref)], hostvars, groups)[0])
+    got = extra(kp.resolve_workers("p1", [vllm("a", ref)], hostvars, groups, CONTRACT)[0])
     assert got == {"maru_server_url": "tcp://127.0.0.1:5555", "maru_pool_size": "8G", "maru_chunk_size": "64K",
                    "maru_kv_chunk_tokens": 128, "maru_instance_id": "x1", "maru_eager_map": False}
     ref["eager_map"] = "no"
-    assert extra(kp.resolve_workers("p1", [vllm("a", ref)], hostvars, groups)[0])["maru_eager_map"] is False
+    assert extra(kp.resolve_workers("p1", [vllm("a", ref)], hostvars, groups, CONTRACT)[0])["maru_eager_map"] is False
 
 
 def test_pool_host_default_order():
@@ -106,7 +115,7 @@ def test_pool_host_default_order():
 
 def test_remote_worker_uses_the_pool_hosts_address_and_its_own_instance_id():
     hostvars, groups = cluster({"maru_pool_bind_address": "10.0.0.1"}, w1=[vllm("c", {"type": "maru", "host": "p1"})])
-    (worker,) = kp.host_workers("w1", hostvars, groups)
+    (worker,) = kp.host_workers("w1", hostvars, groups, CONTRACT)
     assert worker["kv_pool"]["host"] == "p1"
     assert extra(worker)["maru_server_url"] == "tcp://10.0.0.1:5555"
     assert extra(worker)["maru_instance_id"] == "w1-c"
@@ -121,13 +130,13 @@ def test_remote_worker_refused_when_the_pool_listens_on_its_loopback(bind):
     want = "127.0.0.1" if bind is None else bind
     with pytest.raises(kp.PoolError, match=r"its pool on p1 listens on %s \(maru_pool_bind_address on p1\), a "
                        r"loopback address: from w1 that is w1 itself" % want.replace(".", r"\.")):
-        kp.resolve_workers("w1", [vllm("c")], hostvars, groups)
-    assert kp.pool_errors("w1", [vllm("c")], hostvars, groups) == [
+        kp.resolve_workers("w1", [vllm("c")], hostvars, groups, CONTRACT)
+    assert kp.pool_errors("w1", [vllm("c")], hostvars, groups, CONTRACT) == [
         "dynamo_workers[c].kv_pool on w1: its pool on p1 listens on %s (maru_pool_bind_address on p1), a loopback "
         "address: from w1 that is w1 itself, not the pool. Set maru_pool_bind_address on p1 to an address w1 reaches "
         "(e.g. p1's kvshare_bind_address), or run the worker on p1" % want]
     # the pool host's own workers reach it on loopback
-    assert kp.pool_errors("p1", [vllm("a")], hostvars, groups) == []
+    assert kp.pool_errors("p1", [vllm("a")], hostvars, groups, CONTRACT) == []
 
 
 def test_remote_worker_accepted_on_the_pool_hosts_own_loopback_address():
@@ -135,20 +144,20 @@ def test_remote_worker_accepted_on_the_pool_hosts_own_loopback_address():
     pool bound to the pool host's own kvshare_bind_address, loopback or not."""
     hostvars, groups = cluster({"maru_pool_bind_address": "127.0.10.2"}, w1=[vllm("c")])
     hostvars["p1"]["kvshare_bind_address"] = "127.0.10.2"
-    assert extra(kp.host_workers("w1", hostvars, groups)[0])["maru_server_url"] == "tcp://127.0.10.2:5555"
+    assert extra(kp.host_workers("w1", hostvars, groups, CONTRACT)[0])["maru_server_url"] == "tcp://127.0.10.2:5555"
 
 
 def test_the_workers_own_config_is_merged_over_the_pools():
     hostvars, groups = cluster(p1=[])
     worker = vllm("a", kv_transfer_config={"kv_role": "kv_producer", "kv_connector_module_path": "maru_vllm",
                                            "kv_connector_extra_config": {"maru_extra_knob": 1}})
-    got = kp.resolve_workers("p1", [worker], hostvars, groups)[0]["kv_transfer_config"]
+    got = kp.resolve_workers("p1", [worker], hostvars, groups, CONTRACT)[0]["kv_transfer_config"]
     assert got["kv_role"] == "kv_producer" and got["kv_connector_module_path"] == "maru_vllm"
     assert got["kv_connector_extra_config"]["maru_extra_knob"] == 1
     assert got["kv_connector_extra_config"]["maru_instance_id"] == "p1-a"
     # a JSON string is merged as well
     worker["kv_transfer_config"] = '{"kv_role": "kv_consumer"}'
-    assert kp.resolve_workers("p1", [worker], hostvars, groups)[0]["kv_transfer_config"]["kv_role"] == "kv_consumer"
+    assert kp.resolve_workers("p1", [worker], hostvars, groups, CONTRACT)[0]["kv_transfer_config"]["kv_role"] == "kv_consumer"
 
 
 def test_workers_without_a_pool_are_left_as_written():
@@ -156,28 +165,28 @@ def test_workers_without_a_pool_are_left_as_written():
     plain = {"name": "m", "engine": "mocker", "model": "m", "system_port": 1}
     hand = {"name": "e", "engine": "vllm", "model": "m", "system_port": 2,
             "kv_transfer_config": {"kv_connector": "ExampleConnector"}}
-    assert kp.resolve_workers("p1", [plain, hand], hostvars, groups) == [plain, hand]
+    assert kp.resolve_workers("p1", [plain, hand], hostvars, groups, CONTRACT) == [plain, hand]
 
 
 def test_input_is_not_modified():
     hostvars, groups = cluster(p1=[])
     workers = [vllm("a", env={"X": "1"}, extra_args=["--y"])]
     before = copy.deepcopy(workers)
-    kp.resolve_workers("p1", workers, hostvars, groups)
+    kp.resolve_workers("p1", workers, hostvars, groups, CONTRACT)
     assert workers == before
 
 
 def test_lmcache_pool_gives_the_lmcache_connector_and_its_config_file():
     hostvars, groups = cluster({"maru_pool_connector": "lmcache"}, p1=[vllm("a")], w1=[vllm("b")])
-    (worker,) = kp.host_workers("p1", hostvars, groups)
+    (worker,) = kp.host_workers("p1", hostvars, groups, CONTRACT)
     assert worker["kv_transfer_config"] == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
     assert worker["env"] == {"LMCACHE_CONFIG_FILE": "/etc/maru/lmcache/a.yaml"}
-    (client,) = kp.pool_clients("p1", hostvars, groups)[:1]
+    (client,) = kp.pool_clients("p1", hostvars, groups, CONTRACT)[:1]
     assert client["lmcache_config_file"] == "/etc/maru/lmcache/a.yaml"
     assert client["lmcache_config"]["maru_path"] == "maru://127.0.0.1:5555"
     assert client["lmcache_config"]["extra_config"]["maru_instance_id"] == "p1-a"
     # the file is on the pool host: a worker elsewhere cannot use it
-    errors = kp.pool_errors("w1", [vllm("b")], hostvars, groups)
+    errors = kp.pool_errors("w1", [vllm("b")], hostvars, groups, CONTRACT)
     assert errors == ["dynamo_workers[b].kv_pool on w1: the pool on p1 uses LMCache (maru_pool_connector: lmcache), "
                       "whose config file is written on p1: only workers on p1 can use it"]
 
@@ -192,8 +201,8 @@ def kvcr_cluster(engine="vllm"):
 
 def test_kvcr_worker_gets_the_hosts_kvcr_settings():
     hostvars, groups = kvcr_cluster()
-    (worker,) = kp.host_workers("g1", hostvars, groups)
-    settings = kvcr_config.host_worker_settings(hostvars["g1"])
+    (worker,) = kp.host_workers("g1", hostvars, groups, CONTRACT)
+    settings = kvcr_config.host_worker_settings(hostvars["g1"], CONTRACT)
     assert worker["kv_pool"] == {"type": "kvcr", "host": "g1"}
     assert worker["kv_transfer_config"] == settings["kv_transfer_config"]
     assert worker["env"] == settings["env"] and worker["env"]["KVCR_CACHE_SLOT"] == "1"
@@ -202,7 +211,7 @@ def test_kvcr_worker_gets_the_hosts_kvcr_settings():
 
 def test_kvcr_stand_in_mocker_gets_the_environment_only():
     hostvars, groups = kvcr_cluster("mocker")
-    (worker,) = kp.host_workers("g1", hostvars, groups)
+    (worker,) = kp.host_workers("g1", hostvars, groups, CONTRACT)
     assert worker["env"]["KVCR_CACHE_SLOT"] == "1"
     assert "kv_transfer_config" not in worker and worker["extra_args"] == ["--block-size", "64"]
 
@@ -211,11 +220,11 @@ def test_kvcr_worker_must_be_on_a_kvcr_host():
     hostvars, groups = kvcr_cluster()
     groups["kvcr"] = []
     with pytest.raises(kp.PoolError, match=r"dynamo_workers\[kvcr\].kv_pool on g1: g1 is not a KVCR host \(group kvcr\)"):
-        kp.resolve_workers("g1", hostvars["g1"]["dynamo_workers"], hostvars, groups)
+        kp.resolve_workers("g1", hostvars["g1"]["dynamo_workers"], hostvars, groups, CONTRACT)
     # kvcr_group_name names the group
     hostvars["g1"]["kvcr_group_name"] = "kvcr_hosts"
     groups["kvcr_hosts"] = ["g1"]
-    assert kp.host_workers("g1", hostvars, groups)[0]["env"]["KVCR_CACHE_SLOT"] == "1"
+    assert kp.host_workers("g1", hostvars, groups, CONTRACT)[0]["env"]["KVCR_CACHE_SLOT"] == "1"
 
 
 # ---------------------------------------------------------------- errors, named as the inventory writes them
@@ -231,33 +240,33 @@ def test_kvcr_worker_must_be_on_a_kvcr_host():
 def test_pool_errors_name_the_workers_kv_pool(kv_pool, message):
     hostvars, groups = cluster(p1=[])
     workers = [vllm("a", None), vllm("b", kv_pool)]
-    errors = kp.pool_errors("w1", workers, hostvars, groups)
+    errors = kp.pool_errors("w1", workers, hostvars, groups, CONTRACT)
     assert len(errors) == 1 and errors[0].startswith("dynamo_workers[b].kv_pool on w1: " + message), errors
     with pytest.raises(kp.PoolError, match=r"^dynamo_workers\[b\]\.kv_pool on w1: "):
-        kp.resolve_workers("w1", workers, hostvars, groups)
+        kp.resolve_workers("w1", workers, hostvars, groups, CONTRACT)
 
 
 def test_pool_errors_refuse_settings_written_twice():
     hostvars, groups = cluster(p1=[])
     extra = {"maru_server_url": "tcp://10.9.9.9:5555", "maru_pool_size": "1G"}
     worker = vllm("a", kv_transfer_config={"kv_connector_extra_config": extra}, env={"X": "1"})
-    assert kp.pool_errors("p1", [worker], hostvars, groups) == [
+    assert kp.pool_errors("p1", [worker], hostvars, groups, CONTRACT) == [
         "dynamo_workers[a].kv_transfer_config on p1: kv_connector_extra_config.maru_pool_size is set by its pool "
         "(kv_pool: maru on p1); set it per worker as kv_pool.pool_size",
         "dynamo_workers[a].kv_transfer_config on p1: kv_connector_extra_config.maru_server_url is set by its pool "
         "(kv_pool: maru on p1); it follows the pool host's maru_pool_bind_address and maru_pool_server_port"]
     other = vllm("a", kv_transfer_config={"kv_connector": "ExampleConnector"})
-    assert kp.pool_errors("p1", [other], hostvars, groups) == [
+    assert kp.pool_errors("p1", [other], hostvars, groups, CONTRACT) == [
         "dynamo_workers[a].kv_transfer_config on p1: kv_connector ExampleConnector, but its pool (kv_pool: maru on p1) "
         "gives MaruKVConnector: drop one of the two"]
-    assert kp.pool_errors("p1", [vllm("a", kv_transfer_config={"kv_role": "kv_producer"})], hostvars, groups) == []
+    assert kp.pool_errors("p1", [vllm("a", kv_transfer_config={"kv_role": "kv_producer"})], hostvars, groups, CONTRACT) == []
 
 
 def test_pool_errors_refuse_a_hand_written_kvcr_connector_and_pool_environment():
     hostvars, groups = kvcr_cluster()
     worker = dict(hostvars["g1"]["dynamo_workers"][0], kv_transfer_config={"kv_role": "kv_both"},
                   env={"PYTHONHASHSEED": "7"})
-    assert kp.pool_errors("g1", [worker], hostvars, groups) == [
+    assert kp.pool_errors("g1", [worker], hostvars, groups, CONTRACT) == [
         "dynamo_workers[kvcr].kv_transfer_config on g1: a KVCR worker's connector comes whole from its pool "
         "(kv_pool: kvcr on g1): drop it",
         "dynamo_workers[kvcr].env on g1: PYTHONHASHSEED is set by its pool (kv_pool: kvcr on g1)"]
@@ -268,20 +277,20 @@ def test_pool_errors_one_way_for_maru_and_no_pool_for_mockers():
     hand = {"name": "h", "engine": "vllm", "model": "m", "system_port": 1,
             "kv_transfer_config": {"kv_connector": "MaruKVConnector", "kv_connector_extra_config": {}}}
     mock = {"name": "m", "engine": "mocker", "model": "m", "system_port": 2, "kv_pool": "maru"}
-    errors = kp.pool_errors("p1", [hand, mock, "not a worker"], hostvars, groups)
+    errors = kp.pool_errors("p1", [hand, mock, "not a worker"], hostvars, groups, CONTRACT)
     assert errors[0].startswith("dynamo_workers[h].kv_transfer_config on p1: a MaruKVConnector worker names its pool, "
                                 "kv_pool: maru")
     assert errors[1] == "dynamo_workers[m].kv_pool on p1: engine mocker has no KV connector: drop kv_pool"
     assert len(errors) == 2
-    assert kp.pool_errors("p1", "oops", hostvars, groups) == []
+    assert kp.pool_errors("p1", "oops", hostvars, groups, CONTRACT) == []
 
 
 def test_host_workers_falls_back_to_the_written_list():
     hostvars, groups = cluster(w1=[vllm("a", "nfs")])
-    assert kp.host_workers("w1", hostvars, groups) == [vllm("a", "nfs")]
-    assert kp.host_workers("nobody", hostvars, groups) == []
+    assert kp.host_workers("w1", hostvars, groups, CONTRACT) == [vllm("a", "nfs")]
+    assert kp.host_workers("nobody", hostvars, groups, CONTRACT) == []
     hostvars["w1"]["dynamo_workers"] = "oops"
-    assert kp.host_workers("w1", hostvars, groups) == []
+    assert kp.host_workers("w1", hostvars, groups, CONTRACT) == []
 
 
 # ---------------------------------------------------------------- the pool's side: its workers and their checks
@@ -291,7 +300,7 @@ def test_pool_clients_are_every_hosts_workers_that_name_the_pool():
                                p1=[vllm("a"), vllm("b", {"type": "maru", "chunk_size": "128K"})],
                                w1=[vllm("c", {"type": "maru", "host": "p1", "instance_id": "cee"}),
                                    vllm("d", "kvcr"), vllm("e", None), vllm("f", "nfs")])
-    clients = kp.pool_clients("p1", hostvars, groups)
+    clients = kp.pool_clients("p1", hostvars, groups, CONTRACT)
     assert [(c["host"], c["name"], c["instance_id"], c["chunk_size"]) for c in clients] == [
         ("p1", "a", "p1-a", "64K"), ("p1", "b", "p1-b", "128K"), ("w1", "c", "cee", "64K")]
     assert clients[0]["source"] == {"pool_size": "maru_pool_pool_size", "chunk_size": "maru_pool_chunk_size",
@@ -300,10 +309,10 @@ def test_pool_clients_are_every_hosts_workers_that_name_the_pool():
     assert clients[1]["source"]["chunk_size"] == "dynamo_workers[b].kv_pool.chunk_size on p1"
     assert clients[2]["source"]["instance_id"] == "dynamo_workers[c].kv_pool.instance_id on w1"
     assert "lmcache_config" not in clients[0]
-    assert kp.pool_clients("p2", hostvars, groups) == []
+    assert kp.pool_clients("p2", hostvars, groups, CONTRACT) == []
     # a name written twice on a host is one worker here (the worker checks report the duplicate name)
     hostvars["p1"]["dynamo_workers"].append(vllm("a", {"type": "maru", "instance_id": "other"}))
-    assert [c["name"] for c in kp.pool_clients("p1", hostvars, groups)] == ["a", "b", "c"]
+    assert [c["name"] for c in kp.pool_clients("p1", hostvars, groups, CONTRACT)] == ["a", "b", "c"]
 
 
 MODEL = {"num_kv_heads": 2, "head_dim": 64, "dtype": "bfloat16"}  # 128 KiB per layer of a 256-token chunk
@@ -312,7 +321,7 @@ MODEL = {"num_kv_heads": 2, "head_dim": 64, "dtype": "bfloat16"}  # 128 KiB per 
 def test_client_errors_name_where_each_value_comes_from():
     hostvars, groups = cluster({"maru_pool_chunk_size": "64K"},
                                p1=[vllm("a"), vllm("b", {"type": "maru", "chunk_size": "32K", "pool_size": "16K"})])
-    errors = kp.client_errors(kp.pool_clients("p1", hostvars, groups), {}, MODEL)
+    errors = kp.client_errors(kp.pool_clients("p1", hostvars, groups, CONTRACT), {}, MODEL)
     assert len(errors) == 3, errors
     assert errors[0].startswith("maru_pool_chunk_size (64K = 65536 bytes) is too small for one per-layer KV chunk")
     assert errors[1].startswith("dynamo_workers[b].kv_pool.pool_size on p1 (16K) is smaller than "
@@ -331,7 +340,7 @@ def test_client_errors_two_workers_with_one_instance_id():
     hostvars, groups = cluster(p1=[vllm("a", {"type": "maru", "instance_id": "x"})],
                                w1=[vllm("b", {"type": "maru", "instance_id": "x"}), vllm("p1-a", "maru")])
     hostvars["w1"]["dynamo_workers"].append(vllm("c", {"type": "maru", "instance_id": "w1-p1-a"}))
-    errors = kp.client_errors(kp.pool_clients("p1", hostvars, groups), {}, None)
+    errors = kp.client_errors(kp.pool_clients("p1", hostvars, groups, CONTRACT), {}, None)
     assert errors == [
         "maru_instance_id 'x' of dynamo_workers[b].kv_pool.instance_id on w1 is already used by "
         "dynamo_workers[a].kv_pool.instance_id on p1: give each worker its own kv_pool.instance_id",
@@ -348,8 +357,8 @@ def test_block_size_that_does_not_divide_the_pools_chunk_is_refused():
     hostvars, groups = cluster({"maru_pool_bind_address": "10.0.0.1"}, p1=[vllm("a")])
     good = vllm("b", extra_args=["--enforce-eager", "--block-size", "128"])
     bad = vllm("c", extra_args=["--block-size", "96"])
-    assert kp.pool_errors("p1", [vllm("a"), good], hostvars, groups) == []  # 16 and 128 divide 256
-    assert kp.pool_errors("p1", [good, bad], hostvars, groups) == [
+    assert kp.pool_errors("p1", [vllm("a"), good], hostvars, groups, CONTRACT) == []  # 16 and 128 divide 256
+    assert kp.pool_errors("p1", [good, bad], hostvars, groups, CONTRACT) == [
         "dynamo_workers[c].extra_args on p1: --block-size 96 does not divide the 256-token chunks its pool stores "
         "(maru_pool_kv_chunk_tokens on p1). MaruKVConnector would cut this worker's chunks to 192 tokens: their keys "
         "(hashes of the prompt up to each chunk's end) match none that the pool's other workers store, so no KV is "
@@ -358,17 +367,17 @@ def test_block_size_that_does_not_divide_the_pools_chunk_is_refused():
     # the chunk from the worker's own kv_pool, vLLM's default block size (16), and a block above the chunk
     errs = kp.pool_errors("p1", [vllm("d", kv_pool={"type": "maru", "kv_chunk_tokens": 200}),
                                  vllm("e", kv_pool={"type": "maru", "kv_chunk_tokens": 64}, extra_args=["--block-size=128"])],
-                          hostvars, groups)
+                          hostvars, groups, CONTRACT)
     assert errs[0].startswith("dynamo_workers[d].kv_pool on p1: vLLM's default block size 16 (no --block-size in "
                               "extra_args) does not divide the 200-token chunks its pool stores "
                               "(dynamo_workers[d].kv_pool.kv_chunk_tokens on p1). MaruKVConnector would cut this "
                               "worker's chunks to 192 tokens")
     assert errs[1].startswith("dynamo_workers[e].extra_args on p1: --block-size 128 does not divide the 64-token chunks")
     assert "chunks to 128 tokens" in errs[1] and len(errs) == 2
-    assert kp.pool_errors("p1", [vllm("f", extra_args=["--block-size", "x"])], hostvars, groups) == [
+    assert kp.pool_errors("p1", [vllm("f", extra_args=["--block-size", "x"])], hostvars, groups, CONTRACT) == [
         "dynamo_workers[f].extra_args on p1: --block-size must be a positive integer (got 'x')"]
 
 
 def test_block_size_is_not_checked_for_lmcache_or_kvcr():
     hostvars, groups = cluster({"maru_pool_connector": "lmcache"}, p1=[vllm("a")])
-    assert kp.pool_errors("p1", [vllm("a", extra_args=["--block-size", "96"])], hostvars, groups) == []
+    assert kp.pool_errors("p1", [vllm("a", extra_args=["--block-size", "96"])], hostvars, groups, CONTRACT) == []

@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_checks
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config
+from lib.sandbox import service_defaults
 
 
 @pytest.mark.parametrize("host,bad", [
@@ -81,7 +82,8 @@ def test_digest_and_router_mode_and_variant():
 
 
 def test_worker_errors():
-    cfg = kvcr_config.host_worker_settings({"kvcr_cache_slot": 0, "kvshare_bind_address": "10.0.1.11"})["kv_transfer_config"]
+    cfg = kvcr_config.host_worker_settings({"kvcr_cache_slot": 0, "kvshare_bind_address": "10.0.1.11"},
+                                           service_defaults())["kv_transfer_config"]
     pool = {"type": "kvcr", "host": "g0"}  # the worker as its pool configures it (module_utils.kv_pools)
     good = {"name": "kvcr", "engine": "vllm", "gpus": ["0"], "kv_transfer_config": cfg, "kv_pool": pool,
             "extra_args": ["--kv-events-config", "{}"]}
@@ -120,9 +122,9 @@ def test_settings_that_must_agree_across_kvcr_hosts():
 
 
 def test_agreed_settings_are_role_variables_with_defaults():
-    """Every agreed kvcr_* setting has its default mirrored in HOST_DEFAULTS (the filter reads unset ones there)."""
+    """Every agreed kvcr_* setting is one the contract defines (the filter reads unset ones there)."""
     keys = [k for k, dummy in kvcr_checks.AGREED_SETTINGS]
-    assert keys[-1] == "--block-size" and all(k in kvcr_config.HOST_DEFAULTS for k in keys[:-1])
+    assert keys[-1] == "--block-size" and all(k in kvcr_config.HOST_KEYS and k in service_defaults() for k in keys[:-1])
 
 
 def test_agreement_filter_reads_defaults_and_the_workers_block_size():
@@ -130,8 +132,8 @@ def test_agreement_filter_reads_defaults_and_the_workers_block_size():
     worker = {"name": "kvcr", "engine": "vllm", "model": "m", "extra_args": ["--block-size", "64"]}
     hostvars = {"a": {"dynamo_workers": [worker]},
                 "b": {"dynamo_workers": [dict(worker, extra_args=[])], "kvcr_cache_slot_count": 2}}
-    errs = filters.kvcr_agreement_errors(["a", "b"], hostvars)
+    errs = filters.kvcr_agreement_errors(["a", "b"], hostvars, service_defaults(), "kvcr", "kvcr")
     assert errs == [e for e in errs if "--block-size differs" in e] and "64 on a, 16 on b" in errs[0]
     hostvars["b"]["kvcr_cache_slot_count"] = 4
     assert "kvcr_cache_slot_count differs between the KVCR hosts: 2 on a, 4 on b" in filters.kvcr_agreement_errors(
-        ["a", "b"], hostvars)[0]
+        ["a", "b"], hostvars, service_defaults(), "kvcr", "kvcr")[0]

@@ -11,6 +11,8 @@ import pytest
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_config
 from lib.sandbox import service_defaults
 
+CONTRACT = service_defaults()
+
 PREFIX = "01010101010101010101010101010101:02020202020202020202020202020202/0303030303030303"
 # ai-dynamo 1.6.1 dynamo/vllm/state_agent.py _CACHE_OWNER_PATTERN
 DYNAMO_OWNER_RE = re.compile(r"^(?P<domain>[0-9a-f]{32}:[0-9a-f]{32})/[0-9a-f]{16}/[0-9a-f]{32}$")
@@ -92,22 +94,20 @@ def test_worker_env_and_service_argv():
 ROLE_DEFAULTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "kvcr", "defaults", "main.yml")
 
 
-def test_host_defaults_in_lock_step_with_the_role():
+def test_the_role_reads_its_worker_facing_defaults_from_the_contract():
+    """Each kvcr_* setting a worker derives has one home, the contract: the role's default reads it."""
     import yaml
     with open(ROLE_DEFAULTS) as handle:
         defaults = yaml.safe_load(handle)
-    contract = service_defaults()
-    for key, value in kvcr_config.HOST_DEFAULTS.items():
-        default = defaults[key]
-        if default == "{{ kvshare_service_defaults.%s }}" % key:  # the stack contract's value (roles/kvshare)
-            default = contract[key]
-        assert default == value, key
+    for key in kvcr_config.HOST_KEYS:
+        assert key in CONTRACT, key
+        assert defaults[key] == "{{ kvshare_service_defaults.%s }}" % key, key
 
 
 def test_host_worker_settings_match_what_the_preflight_exports():
     hv = {"kvcr_cache_slot": 1, "kvshare_bind_address": "10.0.1.12", "kvcr_compatibility_digest": "d-1",
           "kvcr_ucx_proto_info": True}
-    got = kvcr_config.host_worker_settings(hv)
+    got = kvcr_config.host_worker_settings(hv, CONTRACT)
     options = {"owner_prefix": PREFIX, "cpu_bytes": 2147483648, "control_port": 23280, "socket_path": "/run/kvcr/memory.sock",
                "compatibility_digest": "d-1", "secondary_g2_slots": 1024, "enable_telemetry": True}
     assert got["kv_transfer_config"] == kvcr_config.kv_transfer_config("memory_service", 1, 2, "10.0.1.12", options)
@@ -116,7 +116,7 @@ def test_host_worker_settings_match_what_the_preflight_exports():
                                  '"publisher":"zmq","topic":"kv-events"}']
     # explicit advertise host wins; gathered facts are the last resort
     hv2 = {"kvcr_cache_slot": 0, "ansible_facts": {"default_ipv4": {"address": "10.9.9.9"}}}
-    tier = kvcr_config.host_worker_settings(hv2)["kv_transfer_config"]["kv_connector_extra_config"]["secondary_tiers"][0]
+    tier = kvcr_config.host_worker_settings(hv2, CONTRACT)["kv_transfer_config"]["kv_connector_extra_config"]["secondary_tiers"][0]
     assert tier["control_advertise_host"] == "10.9.9.9"
     with pytest.raises(ValueError, match="default IPv4"):
-        kvcr_config.host_worker_settings({"kvcr_cache_slot": 0})
+        kvcr_config.host_worker_settings({"kvcr_cache_slot": 0}, CONTRACT)
