@@ -18,8 +18,9 @@ def worker_cluster_errors(hosts, hostvars, groups, contract):
     """Cross-host worker checks (unique maru_instance_id), on the workers as their pools (kv_pool) configure them."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import kv_pools as _kv_pools
     from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
-    return _workers.cluster_worker_errors(dict((host, _kv_pools.host_workers(host, hostvars, groups, dict(contract)))
-                                                      for host in hosts or []))
+    contract = dict(contract)
+    return _workers.cluster_worker_errors(dict((host, _kv_pools.host_workers(host, hostvars, groups, contract))
+                                               for host in hosts or []))
 
 
 def worker_endpoint_errors(hosts, hostvars):
