@@ -38,16 +38,15 @@ _MARKUP = [
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-@functools.lru_cache(maxsize=None)
-def _contract():
-    """kvshare_service_defaults, the stack contract (roles/kvshare/defaults/main.yml)."""
-    with open(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml")) as handle:
-        return yaml.safe_load(handle)["kvshare_service_defaults"]
-
-
 def _load(path):
     with open(path, encoding="utf-8") as handle:
         return yaml.load(handle, Loader=_LOADER)
+
+
+@functools.lru_cache(maxsize=None)
+def _contract():
+    """kvshare_service_defaults, the stack contract (roles/kvshare/defaults/main.yml)."""
+    return _load(os.path.join(REPO, "roles", "kvshare", "defaults", "main.yml"))["kvshare_service_defaults"]
 
 
 def _text(value):

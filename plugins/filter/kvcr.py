@@ -35,7 +35,7 @@ def _hostvar(hostvars, host, name, default=None):
     return default if value is None else value
 
 
-def kvcr_members(hosts, hostvars, default_worker_name="kvcr"):
+def kvcr_members(hosts, hostvars, default_worker_name):
     """The KVCR hosts as plain data for kvcr_deployment_errors (node, slot, KVCR worker names)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
     members = []
