@@ -239,7 +239,78 @@ def test_state_survives_a_broken_file(tmp_path):
     assert WH.load_state(str(path)) == {"u": {"failures": 1}}
 
 
-def test_bad_usage():
-    with pytest.raises(SystemExit) as exc:
-        WH.main(["--env-dir", "/x", "--state", "/y", "--failures", "0"])
-    assert exc.value.code == 2
+def test_bad_usage(capsys):
+    for argv, why in ((["--env-dir", "/x", "--state", "/y", "--failures", "0"], "--failures must be >= 1"),
+                      (["--env-dir", "/x"], "required: --state"),
+                      (["--env-dir", "/x", "--state", "/y", "--timeout", "soon"], "invalid float value: 'soon'"),
+                      (["--env-dir", "/x", "--state", "/y", "--every", "5"], "unrecognized argument: --every"),
+                      (["--env-dir", "/x", "--state"], "argument --state: expected one argument")):
+        with pytest.raises(SystemExit) as exc:
+            WH.main(argv)
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("usage: worker-health") and why in err, (argv, err)
+
+
+def test_options_as_the_unit_writes_them():
+    args = WH.parse_args(["--env-dir", "/etc/dynamo/workers", "--state", "/run/x/state.json", "--failures", "3",
+                          "--timeout", "4", "--start-grace=310"])
+    assert (args.env_dir, args.state, args.failures, args.timeout, args.start_grace) == \
+        ("/etc/dynamo/workers", "/run/x/state.json", 3, 4.0, 310.0)
+    args = WH.parse_args(["--state", "s", "--env-dir", "e"])
+    assert (args.failures, args.timeout, args.start_grace) == (3, 4.0, 300.0)
+
+
+def test_get_live_reads_the_status_line_over_a_plain_socket(workers, frozen):
+    w = workers()
+    url = "http://127.0.0.1:%d/live" % w.port
+    assert WH.get_live(url, 1.0) == (True, "")
+    w.status = 503
+    assert WH.get_live(url, 1.0) == (False, "HTTP 503")
+    assert w.calls == 2
+    ok, reason = WH.get_live("http://127.0.0.1:%d/live" % frozen, 0.3)
+    assert not ok and "timed out" in reason
+    # A closed loopback port (bound, never listening): refused at once.
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    try:
+        ok, reason = WH.get_live("http://127.0.0.1:%d/live" % closed.getsockname()[1], 1.0)
+    finally:
+        closed.close()
+    assert not ok and "refused" in reason.lower()
+
+
+def test_get_live_refuses_an_answer_that_is_not_http():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def answer():
+        conn, dummy = srv.accept()
+        conn.recv(1024)
+        conn.sendall(b"SSH-2.0-OpenSSH\r\n")
+        conn.close()
+    threading.Thread(target=answer, daemon=True).start()
+    try:
+        ok, reason = WH.get_live("http://127.0.0.1:%d/live" % srv.getsockname()[1], 1.0)
+    finally:
+        srv.close()
+    assert not ok and reason.startswith("no HTTP status line"), reason
+
+
+def test_split_url_takes_the_forms_read_targets_writes():
+    assert WH.split_url("http://127.0.10.3:18081/live") == ("127.0.10.3", 18081, "/live")
+    assert WH.split_url("http://[::1]:18082/live") == ("::1", 18082, "/live")
+    assert WH.get_live("http://127.0.0.1/live", 1.0)[0] is False  # no port: refused before any connect
+
+
+def test_a_round_imports_neither_urllib_nor_http_client(tmp_path):
+    """Each round is a new interpreter (python3 -I -S, every few seconds on every worker host):
+    its imports are most of its CPU."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", SCRIPT, "--env-dir", str(tmp_path / "none"),
+                          "--state", str(tmp_path / "run" / "state.json")], capture_output=True, text=True, check=False)
+    modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert out.returncode == 0 and {"socket", "subprocess", "json"} <= modules, out.stderr[-2000:]  # really listed
+    assert not {"urllib.request", "http.client", "ssl", "email.parser", "argparse"} & modules
