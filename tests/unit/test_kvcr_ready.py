@@ -370,3 +370,14 @@ def test_attach_usage():
     assert run("attach", "--unit", "u").returncode == 2
     assert run("attach", "--unit", "u", "--state-dir", "/tmp", "--metrics-url", "http://127.0.0.1:1/m", "--namespace", "d",
                "--failures", "0").returncode == 2
+
+
+def test_the_socket_watch_imports_neither_urllib_nor_ssl(tmp_path):
+    """The health unit starts this script up to three times a round on every KVCR host: the socket
+    watch (the memory service) loads no HTTP or TLS code; the probes that need it import it."""
+    out = subprocess.run([sys.executable, "-I", "-S", "-X", "importtime", SCRIPT, "watch", "--unit", "kvcr-none.service",
+                          "--state-dir", str(tmp_path / "state"), "unix", str(tmp_path / "no.sock")],
+                         capture_output=True, text=True, check=False)
+    modules = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines() if line.startswith("import time:")}
+    assert out.returncode == 0 and {"socket", "subprocess", "argparse"} <= modules, out.stderr[-2000:]
+    assert not {"urllib.request", "http.client", "ssl", "tempfile", "base64"} & modules

@@ -34,19 +34,16 @@ unless it cannot keep its count or restart the unit.
 """
 
 import argparse
-import base64
 import json
 import os
 import re
-import shutil
 import socket
-import ssl
 import subprocess
 import sys
-import tempfile
 import time
-import urllib.error
-import urllib.request
+
+# urllib, ssl and the rest are imported by the probes that need them: the health unit starts this
+# script up to three times a round on every KVCR host, and the socket watch needs none of them.
 
 
 def unix_accepts(path, timeout=1.0):
@@ -64,6 +61,9 @@ def unix_accepts(path, timeout=1.0):
 
 def http_ok(url, timeout=1.0):
     """(True, '') when GET url answers 200, else (False, reason). Proxies are ignored."""
+    import urllib.error  # pylint: disable=import-outside-toplevel
+    import urllib.request  # pylint: disable=import-outside-toplevel
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=timeout) as resp:
@@ -201,6 +201,13 @@ def etcd_range(prefix, environ, timeout, keys_only=False):
     """The values (or keys) under prefix through etcd's v3 JSON gateway (the endpoints of
     ETCD_ENDPOINTS in turn; TLS with ETCD_AUTH_CA / ETCD_AUTH_CLIENT_CERT / ETCD_AUTH_CLIENT_KEY,
     which hold PEM text)."""
+    import base64  # pylint: disable=import-outside-toplevel
+    import shutil  # pylint: disable=import-outside-toplevel
+    import ssl  # pylint: disable=import-outside-toplevel
+    import tempfile  # pylint: disable=import-outside-toplevel
+    import urllib.error  # pylint: disable=import-outside-toplevel
+    import urllib.request  # pylint: disable=import-outside-toplevel
+
     key = prefix.encode()
     end = key[:-1] + bytes([key[-1] + 1])
     query = {"key": base64.b64encode(key).decode(), "range_end": base64.b64encode(end).decode()}
@@ -270,6 +277,9 @@ def attach_probe(metrics_url, namespace, environ, timeout):
 
 def http_text(url, timeout):
     """The body of GET url (200 only), else OSError."""
+    import urllib.error  # pylint: disable=import-outside-toplevel
+    import urllib.request  # pylint: disable=import-outside-toplevel
+
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(url, timeout=timeout) as resp:
