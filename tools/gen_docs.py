@@ -207,11 +207,14 @@ class TagModel:
         if entry == os.path.join("playbooks", "site.yml"):
             hosts = str(play.get("hosts", ""))
             if "{{" in hosts:
-                # A group named by a variable: the stack contract's value (roles/kvshare) of the
-                # variable or of the contract entry its default reads.
-                names = re.findall(r"\b([a-z][a-z0-9_]*_group_name)\b", hosts)
+                # Each group named by a variable: the stack contract's value (roles/kvshare) of the
+                # variable or of the contract entry its default or lookup reads.
                 contract = _contract()
-                hosts = next((str(contract[n]) for n in names if n in contract), hosts)
+
+                def group(match):
+                    names = re.findall(r"\b([a-z][a-z0-9_]*_group_name)\b", match.group(0))
+                    return next((str(contract[n]) for n in names if n in contract), match.group(0))
+                hosts = re.sub(r"\{\{.*?\}\}", group, hosts)
             self.hosts.setdefault(_role_name(role), hosts)
 
     def _role(self, role, tasks_from, entry, inherited, parents):

@@ -67,7 +67,8 @@ def prometheus_targets(hostvars, groups, service_defaults, maru_metrics_port=0, 
     """file_sd target groups per job: {"dynamo-frontend": [...], "dynamo-worker": [...], "etcd": [...], "maru": [...]}.
 
     ``service_defaults``: the stack contract (kvshare_service_defaults), whose frontend HTTP and
-    etcd client ports apply where a host does not set its own.
+    etcd client ports apply where a host does not set its own, and whose etcd_group_name names the
+    members (the caller merges the run's own group names in: lookup kvshare.dynamo.play_group_names).
 
     Every target group carries the labels host, worker, gpu and pool ("" where not applicable), so
     one relabelling works for all jobs. Workers: their DYN_SYSTEM_PORT /metrics. etcd: its client
@@ -94,7 +95,7 @@ def prometheus_targets(hostvars, groups, service_defaults, maru_metrics_port=0, 
                 worker=worker["name"], gpu=",".join(gpu_key(worker)), pool=pool_id(host, worker) or "",
                 extra={"engine": str(worker.get("engine", "")),
                        "model": str(worker.get("served_model_name") or worker.get("model", ""))}))
-    for host in groups.get("etcd", []):
+    for host in groups.get(service_defaults["etcd_group_name"], []):
         hv = hostvars.get(host, {})
         port = hv.get("etcd_client_port", service_defaults["etcd_client_port"])
         out["etcd"].append(group("%s:%s" % (hv.get("etcd_address") or _addr(hostvars, host), port), host, "etcd"))
