@@ -159,6 +159,18 @@ def _tag_list(node):
     return [str(tag) for tag in tags] if isinstance(tags, list) else []
 
 
+def _resolve(text, scope):
+    """text with each {{ variable }} replaced by its plain value in scope (an include's vars);
+    None when one has no plain value there."""
+    if text is None or "{{" not in str(text):
+        return text
+    values = scope or {}
+    out = re.sub(r"\{\{\s*([a-z_][a-z0-9_]*)\s*\}\}",
+                 lambda match: str(values[match.group(1)]) if isinstance(values.get(match.group(1)), str)
+                 and "{{" not in values[match.group(1)] else match.group(0), str(text))
+    return None if "{{" in out else out
+
+
 def _role_name(name):
     return str(name).rsplit(".", maxsplit=1)[-1]
 
@@ -217,7 +229,7 @@ class TagModel:
                 hosts = re.sub(r"\{\{.*?\}\}", group, hosts)
             self.hosts.setdefault(_role_name(role), hosts)
 
-    def _role(self, role, tasks_from, entry, inherited, parents):
+    def _role(self, role, tasks_from, entry, inherited, parents, scope=None):
         meta = os.path.join(REPO, "roles", role, "meta")
         for dependency in ((_load(os.path.join(meta, "main.yml")) or {}).get("dependencies") or []
                            if os.path.exists(os.path.join(meta, "main.yml")) else []):
@@ -229,9 +241,9 @@ class TagModel:
                          "Validate the role's arguments (meta/argument_specs.yml)", entry, parents)
         rel = os.path.join("roles", role, "tasks", tasks_from if tasks_from.endswith(".yml") else tasks_from + ".yml")
         if os.path.exists(os.path.join(REPO, rel)):
-            self._tasks(_load(os.path.join(REPO, rel)) or [], rel, os.path.dirname(rel), entry, inherited, parents, None)
+            self._tasks(_load(os.path.join(REPO, rel)) or [], rel, os.path.dirname(rel), entry, inherited, parents, None, scope)
 
-    def _tasks(self, tasks, rel, base, entry, inherited, parents, play):
+    def _tasks(self, tasks, rel, base, entry, inherited, parents, play, scope=None):
         for task in tasks:
             if not isinstance(task, dict):
                 continue
@@ -242,12 +254,12 @@ class TagModel:
             tags = inherited | set(own)
             if "block" in task:
                 for key in ("block", "rescue", "always"):
-                    self._tasks(task.get(key) or [], rel, base, entry, tags, parents, play)
+                    self._tasks(task.get(key) or [], rel, base, entry, tags, parents, play, scope)
                 continue
             imported = _action(task, "import_tasks")
             if imported is not None:
                 path = os.path.normpath(os.path.join(base, imported if isinstance(imported, str) else imported["file"]))
-                self._tasks(_load(os.path.join(REPO, path)) or [], path, base, entry, tags, parents, play)
+                self._tasks(_load(os.path.join(REPO, path)) or [], path, base, entry, tags, parents, play, scope)
                 continue
             role = _action(task, "import_role", "include_role")
             included = _action(task, "include_tasks")
@@ -259,13 +271,18 @@ class TagModel:
             applied = set(_tag_list(args.get("apply") or {}))
             here = parents if static else parents + ((rel, name, frozenset(tags)),)
             if role is not None:
-                if play is not None and not args.get("tasks_from"):
-                    self._host(rel, entry, play, args["name"])
-                self._role(_role_name(args["name"]), args.get("tasks_from") or "main.yml", entry,
-                           tags | applied if static else frozenset(applied), here)
+                # A role or task file named by a variable of the include that leads here (the
+                # shared fast re-run step includes the calling role's tasks/converge.yml).
+                name, tasks_from = (_resolve(args.get(key), scope) for key in ("name", "tasks_from"))
+                if name is None or (args.get("tasks_from") and not tasks_from):
+                    continue
+                if play is not None and not tasks_from:
+                    self._host(rel, entry, play, name)
+                self._role(_role_name(name), tasks_from or "main.yml", entry,
+                           tags | applied if static else frozenset(applied), here, task.get("vars") or scope)
             else:
                 path = os.path.normpath(os.path.join(base, args["file"]))
-                self._tasks(_load(os.path.join(REPO, path)) or [], path, base, entry, frozenset(applied), here, play)
+                self._tasks(_load(os.path.join(REPO, path)) or [], path, base, entry, frozenset(applied), here, play, scope)
 
     def _record(self, tag, rel, name, entry, parents):
         self.found.setdefault(tag, []).append((rel, name))

@@ -79,7 +79,8 @@ class ActionModule(ActionBase):
     def inputs(self, task_vars):
         found = {}
         for name in sorted(task_vars):
-            if INPUT_NAME.match(name) and name not in NOT_INPUTS:
+            # kvshare_fast_rerun_*: the parameters of the shared step (roles/kvshare/tasks/fast_rerun.yml).
+            if INPUT_NAME.match(name) and name not in NOT_INPUTS and not name.startswith("kvshare_fast_rerun_"):
                 found[name] = cv.value_digest(self._value(task_vars[name]))
         facts = self._value(task_vars.get("ansible_facts", {})) or {}
         found["__facts__"] = cv.value_digest(dict((key, facts.get(key)) for key in FACTS))

@@ -13,40 +13,41 @@ idempotence step, a fast re-run right after converge: these runs prove more on t
 """
 from conftest import FRONTEND, group, SB
 
-# The include of each role's body (tasks/main.yml), by role.
-BODIES = {
-    "rdma_ucx": "Install, configure, load and verify the RDMA/UCX host setup",
-    "maru_pool": "Install, configure and start the pool",
-    "etcd": "Install, configure and start etcd (every member, or none)",
-    "dynamo_runtime": "Install the service user and the pinned environment",
-    "etcd_client": "Issue the certificate, run the proxy and write the environment file",
-    "dynamo_frontend": "Configure and start the frontend",
-    "dynamo_worker": "Check the pool, configure the units, start the workers wave by wave, each proven ready",
-}
+# The roles with a body, which the shared fast re-run step (roles/kvshare/tasks/fast_rerun.yml)
+# compares, runs or skips.
+BODIES = ("rdma_ucx", "maru_pool", "etcd", "dynamo_runtime", "etcd_client", "dynamo_frontend", "dynamo_worker")
+
+
+def step_results(doc, name):
+    """[{host: result}] of each run of a task of the shared step, by its name (role prefix or none)."""
+    found = []
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].split(" : ")[-1] == name:
+                found.append(task["hosts"])
+    return found
 
 
 def body_runs(doc):
     """{role: hosts whose body ran} from a json callback document."""
     ran = {}
-    for play in doc["plays"]:
-        for task in play["tasks"]:
-            name = task["task"]["name"]
-            for role, body in BODIES.items():
-                if name == "kvshare.dynamo.%s : %s" % (role, body):
-                    hosts = sorted(h for h, res in task["hosts"].items() if not res.get("skipped"))
-                    ran.setdefault(role, [])
-                    ran[role] += hosts
+    for role in BODIES:
+        for hosts in step_results(doc, "Run the body of %s" % role):
+            ran.setdefault(role, [])
+            ran[role] += sorted(h for h, res in hosts.items() if not res.get("skipped"))
     return ran
 
 
+def comparisons(doc, role):
+    """{host: the step's comparison result} for one role."""
+    found = {}
+    for hosts in step_results(doc, "Compare the host with the last whole run of %s" % role):
+        found.update(hosts)
+    return found
+
+
 def drift_lines(doc, role):
-    lines = {}
-    for play in doc["plays"]:
-        for task in play["tasks"]:
-            if task["task"]["name"] == "kvshare.dynamo.%s : Compare the host with the last whole run of this role" % role:
-                for host, res in task["hosts"].items():
-                    lines[host] = res.get("drift")
-    return lines
+    return dict((host, res.get("drift")) for host, res in comparisons(doc, role).items())
 
 
 def changed(doc):
@@ -98,10 +99,10 @@ def test_drift_runs_only_what_drifted_then_nothing():
     ran = {role: hosts for role, hosts in body_runs(doc).items() if hosts}
     assert ran.pop("rdma_ucx", None) == [host], body_runs(doc)
     # The stopped units: started again, configuration skipped.
-    frontend = task_results(doc, "dynamo_frontend", "Compare the host with the last whole run of this role")[FRONTEND]
+    frontend = comparisons(doc, "dynamo_frontend")[FRONTEND]
     assert frontend["start_only"] is True, frontend["drift"]
     assert task_results(doc, "dynamo_frontend", "Configure the frontend service")[FRONTEND].get("skipped")
-    worker = task_results(doc, "dynamo_worker", "Compare the host with the last whole run of this role")[worker_host]
+    worker = comparisons(doc, "dynamo_worker")[worker_host]
     assert worker["start_only"] is True and len(worker["drift"]) == 1, worker["drift"]
     assert worker["drift"][0].startswith("unit dynamo-worker@%s.service: it is now " % mocker), worker["drift"]
     assert task_results(doc, "dynamo_worker", "Configure the worker units")[worker_host].get("skipped")
