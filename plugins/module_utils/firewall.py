@@ -366,8 +366,10 @@ def _plan_options(b, options):
 def _plan_placement(b):
     """Who is who: the hosts of each service and the source sets built from them."""
     inv = b.inv
-    etcd_group = b.own_var("etcd_group_name") or "etcd"
-    kvcr_group = b.own_var("kvcr_group_name") or "kvcr"
+    # The names come from the host, else the contract (inv.var); where neither gives one, own_var
+    # has recorded the error and the plan fails: no group, rather than a second copy of the name.
+    etcd_group = b.own_var("etcd_group_name") or ""
+    kvcr_group = b.own_var("kvcr_group_name") or ""
     frontends, workers = inv.group(FRONTEND_GROUP), inv.group(WORKERS_GROUP)
     members, maru_hosts, kvcr_hosts = inv.group(etcd_group), inv.group(MARU_GROUP), inv.group(kvcr_group)
     dynamo_hosts = sorted(set(frontends + workers + kvcr_hosts + inv.group(DYNAMO_GROUP)))
