@@ -2,8 +2,7 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Filters that derive etcd client settings from the inventory (etcd_client_urls), and the leave
-check of playbooks/remove_host.yml (etcd_leave_problem). Each is documented in its <name>.yml."""
+"""Public filter: the etcd client URLs of the inventory's members (etcd_client_urls)."""
 
 from __future__ import annotations
 
@@ -34,14 +33,10 @@ def etcd_client_urls(hosts, hostvars, service_defaults, tls=True):
     return urls
 
 
-def etcd_leave_problem(members, host, peer_url, health):
-    """Why this member cannot leave its cluster, or "" (see module_utils.etcd.leave_check)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import etcd as _etcd
-    return _etcd.leave_check(str(host), list(members or []), str(peer_url), health)["problem"]
-
-
 class FilterModule:
-    """kvshare.dynamo etcd filters."""
+    """kvshare.dynamo public filters (etcd)."""
 
     def filters(self):
-        return {"etcd_client_urls": etcd_client_urls, "etcd_leave_problem": etcd_leave_problem}
+        return {
+            "etcd_client_urls": etcd_client_urls,
+        }

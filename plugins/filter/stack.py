@@ -2,7 +2,8 @@
 # Apache License 2.0 (see LICENSE or https://www.apache.org/licenses/LICENSE-2.0)
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
-"""Who is where: a host's address and the frontend URL (module_utils/stack.py, the one definition)."""
+"""Public filters, who is where: a host's address and the frontend URL (module_utils/stack.py, the
+one definition)."""
 
 from __future__ import annotations
 
@@ -28,15 +29,11 @@ def frontend_url(groups, hostvars, service_defaults, group=None):
                                  "the service defaults: %s" % exc) from exc
 
 
-def frontend_group_errors(groups, group=None):
-    """Why the frontend group is not one host (empty when it is; ``group`` defaults to module_utils'
-    FRONTEND_GROUP)."""
-    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
-    return _stack.frontend_group_errors(groups, _stack.FRONTEND_GROUP if group is None else group)
-
-
 class FilterModule:
-    """kvshare.dynamo stack filters (who is where)."""
+    """kvshare.dynamo public filters (stack)."""
 
     def filters(self):
-        return {"host_address": host_address, "frontend_url": frontend_url, "frontend_group_errors": frontend_group_errors}
+        return {
+            "frontend_url": frontend_url,
+            "host_address": host_address,
+        }

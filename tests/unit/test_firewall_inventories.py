@@ -5,7 +5,7 @@
 """The firewall plan of every host of the real inventories (sandbox, single_node, two_node_kvcr).
 
 1. The inventories are loaded with Ansible's own inventory and variable managers and fed through
-   the kvshare.dynamo.firewall_plan filter exactly as the role calls it (hostvars templated on
+   the kvshare.dynamo.internal.firewall_plan filter exactly as the role calls it (hostvars templated on
    access; role defaults read from roles/*/defaults/main.yml). The expected port sets are spelled
    out per host.
 2. playbooks/validate.yml, offline, with firewall_enabled on every host of each inventory: the
@@ -24,7 +24,7 @@ from ansible.parsing.dataloader import DataLoader
 from ansible.vars.hostvars import HostVars
 from ansible.vars.manager import VariableManager
 
-from ansible_collections.kvshare.dynamo.plugins.filter import firewall as ffw
+from ansible_collections.kvshare.dynamo.plugins.filter.internal import firewall as ffw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as fw
 from lib.sandbox import service_defaults
 

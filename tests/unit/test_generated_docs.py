@@ -34,7 +34,10 @@ def test_every_role_has_a_readme():
         assert os.path.join("roles", role, "README.md") in OUTPUTS, role
 
 
-FILTER_FILES = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "plugins", "filter", "*.py")))
+# Public filters (plugins/filter/*.py) and internal ones (plugins/filter/internal/*.py, kvshare.dynamo.internal.*).
+FILTER_FILES = sorted(os.path.relpath(p, os.path.join(REPO, "plugins", "filter"))[:-3].replace(os.sep, ".")
+                      for p in glob.glob(os.path.join(REPO, "plugins", "filter", "*.py"))
+                      + glob.glob(os.path.join(REPO, "plugins", "filter", "internal", "*.py")))
 FILTER_MODULES = {name: importlib.import_module("ansible_collections.kvshare.dynamo.plugins.filter." + name)
                   for name in FILTER_FILES}
 
@@ -45,8 +48,9 @@ def _filters():
 
 @pytest.mark.parametrize("source,name", _filters())
 def test_every_filter_is_documented(source, name):
-    """plugins/filter/<name>.yml (or DOCUMENTATION in a one-filter file) documents each filter."""
-    sidecar = os.path.join(REPO, "plugins", "filter", name + ".yml")
+    """plugins/filter/[internal/]<name>.yml (or DOCUMENTATION in a one-filter file) documents each filter,
+    next to the file that defines it."""
+    sidecar = os.path.join(REPO, "plugins", "filter", *(source.split(".")[:-1] + [name + ".yml"]))
     if os.path.exists(sidecar):
         with open(sidecar, encoding="utf-8") as handle:
             doc = yaml.safe_load(handle)["DOCUMENTATION"]

@@ -9,7 +9,8 @@ import shlex
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvshare.dynamo.plugins.filter import dynamo as f
+from ansible_collections.kvshare.dynamo.plugins.filter import dynamo as public
+from ansible_collections.kvshare.dynamo.plugins.filter.internal import dynamo as f
 from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as w
 from lib.sandbox import service_defaults
 
@@ -217,12 +218,12 @@ def test_kv_share_pairs_resolve_the_workers_kv_pool():
                        "dynamo_workers": [vllm("a", 1, kv_pool="maru"), vllm("b", 2, kv_pool="maru")]},
                 "w1": {"dynamo_workers": [vllm("c", 1, kv_pool={"type": "maru", "host": "p1"})]}}
     groups = {"maru_pool": ["p1"], "dynamo_workers": ["p1", "w1"]}
-    same, cross = f.kv_share_pairs(["p1", "w1"], hostvars, None, groups, service_defaults())
+    same, cross = public.kv_share_pairs(["p1", "w1"], hostvars, None, groups, service_defaults())
     assert same["pool"] == cross["pool"] == "maru:tcp://10.0.0.1:5555"
     assert (same["a"]["worker"]["name"], same["b"]["worker"]["name"], cross["b"]["host"]) == ("a", "b", "w1")
     assert same["maru_server"] == "tcp://10.0.0.1:5555" and same["a_maru_instance_id"] == "p1-a"
     # without groups the pool cannot be found: the workers count as written (no pool)
-    assert f.kv_share_pairs(["p1", "w1"], hostvars, None, None, service_defaults()) == []
+    assert public.kv_share_pairs(["p1", "w1"], hostvars, None, None, service_defaults()) == []
 
 
 def _usage_result(pair, total, free, rc=0):

@@ -6,7 +6,8 @@
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.kvshare.dynamo.plugins.filter.kv_pools import kv_pool_workers, maru_server_url
+from ansible_collections.kvshare.dynamo.plugins.filter.internal.kv_pools import maru_server_url
+from ansible_collections.kvshare.dynamo.plugins.filter.kv_pools import kv_pool_workers
 from lib.sandbox import service_defaults
 
 

@@ -29,8 +29,11 @@ print(json.dumps({"listed": listed, "module_utils": loaded}))
 
 
 def test_listing_every_filter_imports_no_module_utils():
-    names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO, "plugins", "filter", "*.py")))
-    assert "kv_pools" in names and "day2" in names
+    # Public filters (plugins/filter/) and internal ones (plugins/filter/internal/: kvshare.dynamo.internal.*).
+    names = sorted(os.path.relpath(p, os.path.join(REPO, "plugins", "filter"))[:-3].replace(os.sep, ".")
+                   for p in glob.glob(os.path.join(REPO, "plugins", "filter", "*.py"))
+                   + glob.glob(os.path.join(REPO, "plugins", "filter", "internal", "*.py")))
+    assert "kv_pools" in names and "internal.day2" in names
     proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(names)], capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "collections")), check=False, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -41,7 +44,7 @@ def test_listing_every_filter_imports_no_module_utils():
 
 def test_a_lazy_filter_still_works_and_raises_as_a_filter_error():
     from ansible.errors import AnsibleFilterError
-    from ansible_collections.kvshare.dynamo.plugins.filter import kv_pools
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal import kv_pools
 
     filters = kv_pools.FilterModule().filters()
     assert filters["maru_server_url"]({"maru_pool_bind_address": "127.0.30.1", "maru_pool_server_port": 5555}) \

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from ansible_collections.kvshare.dynamo.plugins.filter import packages as f
+from ansible_collections.kvshare.dynamo.plugins.filter.internal import packages as f
 
 # dpkg-query -W -f='${db:Status-Abbrev}${Package}|' -- etcd-server etcd-client haproxy libfoo
 # (libfoo unknown: dpkg-query names it on stderr and exits 1; haproxy removed, its config kept)

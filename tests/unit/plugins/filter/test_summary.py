@@ -3,7 +3,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """site.yml's closing summary (plugins/filter/summary.py): from the inventory only."""
-from ansible_collections.kvshare.dynamo.plugins.filter.summary import stack_summary
+from ansible_collections.kvshare.dynamo.plugins.filter.internal.summary import stack_summary
 from lib.sandbox import service_defaults
 
 SERVICE_DEFAULTS = service_defaults()

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from ansible_collections.kvshare.dynamo.plugins.filter import etcd as etcd_filters
+from ansible_collections.kvshare.dynamo.plugins.filter.internal import etcd as etcd_filters
 from ansible_collections.kvshare.dynamo.plugins.module_utils import etcd
 
 

@@ -8,7 +8,7 @@ import os
 import pytest
 import yaml
 
-from ansible_collections.kvshare.dynamo.plugins.filter import firewall as ffw
+from ansible_collections.kvshare.dynamo.plugins.filter.internal import firewall as ffw
 from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as fw
 from lib.sandbox import service_defaults
 

@@ -128,7 +128,7 @@ def test_agreed_settings_are_role_variables_with_defaults():
 
 
 def test_agreement_filter_reads_defaults_and_the_workers_block_size():
-    from ansible_collections.kvshare.dynamo.plugins.filter import kvcr as filters
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal import kvcr as filters
     worker = {"name": "kvcr", "engine": "vllm", "model": "m", "extra_args": ["--block-size", "64"]}
     hostvars = {"a": {"dynamo_workers": [worker]},
                 "b": {"dynamo_workers": [dict(worker, extra_args=[])], "kvcr_cache_slot_count": 2}}

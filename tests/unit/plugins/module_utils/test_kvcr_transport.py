@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from ansible_collections.kvshare.dynamo.plugins.filter import kvcr as kvcr_filters
+from ansible_collections.kvshare.dynamo.plugins.filter.internal import kvcr as kvcr_filters
 from ansible_collections.kvshare.dynamo.plugins.module_utils import kvcr_transport
 from ansible_collections.kvshare.dynamo.plugins.module_utils import topology
 
@@ -178,7 +178,7 @@ def test_preflight_wires_the_hca_device_and_memlock_checks():
                            "preflight.yml")) as handle:
         tasks = dict((t["name"], t) for t in yaml.safe_load(handle))
     hca = tasks["Check that the KVCR worker's GPUs have a GPU-local InfiniBand/RoCE HCA port (PIX/PXB)"]
-    assert "kvshare.dynamo.kvcr_hca_errors" in json.dumps(hca)
+    assert "kvshare.dynamo.internal.kvcr_hca_errors" in json.dumps(hca)
     assert {"not kvcr_allow_non_rdma_transport | bool", "kvcr_require_hardware | bool"} <= set(hca["when"])
     find = tasks["Find the RDMA verbs devices (/dev/infiniband/uverbs*)"]
     assert find["ansible.builtin.find"]["paths"] == "{{ __kvcr_uverbs_dir }}" and find["ansible.builtin.find"]["patterns"] == "uverbs*"

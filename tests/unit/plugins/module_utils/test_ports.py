@@ -118,7 +118,7 @@ def test_ss_output_parser_kept():
 
 def role_defaults():
     """The real service defaults (the stack contract, roles/kvshare), as validate.yml passes them."""
-    from ansible_collections.kvshare.dynamo.plugins.filter import validation
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal import validation
 
     return validation._role_defaults(service_defaults())
 
@@ -204,7 +204,7 @@ def test_bind_address_shared_by_two_hosts():
 def test_validation_filter_refuses_the_frontends_default_port_for_a_worker():
     """A worker on the frontend host asking for the frontend's port, which the inventory leaves at the
     contract's default, is refused (the one check of it: the worker role's preflight has none)."""
-    from ansible_collections.kvshare.dynamo.plugins.filter import validation
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal import validation
 
     contract = service_defaults()
     port = contract["dynamo_frontend_http_port"]
@@ -218,7 +218,7 @@ def test_validation_filter_refuses_the_frontends_default_port_for_a_worker():
 
 def test_validation_filter_evaluates_the_state_agent_default_per_host():
     """The kvcr role runs the state agent on slot 0 by default: its port counts there, not on slot 1."""
-    from ansible_collections.kvshare.dynamo.plugins.filter import validation
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal import validation
 
     contract = service_defaults()
     groups = {"kvcr": ["a", "b"], "dynamo": ["a", "b"], "dynamo_workers": ["a", "b"]}

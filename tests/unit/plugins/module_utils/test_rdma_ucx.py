@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from ansible_collections.kvshare.dynamo.plugins.filter.rdma_ucx import rdma_ucx_verify_report
+from ansible_collections.kvshare.dynamo.plugins.filter.internal.rdma_ucx import rdma_ucx_verify_report
 from ansible_collections.kvshare.dynamo.plugins.module_utils.rdma_ucx import verify_report
 
 CASES_FILE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "fixtures", "rdma_ucx",

@@ -4,6 +4,7 @@
 # (Apache-2.0 is compatible with the GNU General Public License version 3 of ansible-core.)
 """module_utils/stack.py: the one address fallback and the frontend URL."""
 from ansible_collections.kvshare.dynamo.plugins.filter import stack as filters
+from ansible_collections.kvshare.dynamo.plugins.filter.internal import stack as internal_filters
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack
 from lib.sandbox import service_defaults
 
@@ -52,8 +53,8 @@ def test_one_frontend_only():
         "group dynamo_frontend has 3 hosts (fe, fe2, fe3): a deployment has one frontend. The workers' readiness "
         "probes, verify.yml, status.yml and the frontend URL use the first, fe, only: fe2, fe3 would be started "
         "but never proven ready, nor used. Keep one host in dynamo_frontend"]
-    assert filters.frontend_group_errors({"fe_group": ["a", "b"]}, "fe_group")[0].startswith("group fe_group has 2 hosts (a, b)")
-    assert filters.frontend_group_errors({"dynamo_frontend": ["a", "b"]})[0].startswith("group dynamo_frontend has 2")
+    assert internal_filters.frontend_group_errors({"fe_group": ["a", "b"]}, "fe_group")[0].startswith("group fe_group has 2 hosts (a, b)")
+    assert internal_filters.frontend_group_errors({"dynamo_frontend": ["a", "b"]})[0].startswith("group dynamo_frontend has 2")
 
 
 def test_default_ipv4_address_and_the_variables_bind_address_of_reads():

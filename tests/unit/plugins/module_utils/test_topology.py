@@ -310,7 +310,7 @@ def test_gpu_plan_without_overrides_is_the_topology(case):
 
 
 def test_gpu_plan_overrides(case):
-    from ansible_collections.kvshare.dynamo.plugins.filter.rdma_ucx import rdma_ucx_gpu_plan
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal.rdma_ucx import rdma_ucx_gpu_plan
     topo = discover(*case("two_socket"))
     gpus = by_index(topo)
     plan = dict((g["index"], g) for g in rdma_ucx_gpu_plan(topo, {"0": "mlx5_0", "1": gpus[1]["ucx_net_devices"],
@@ -327,7 +327,7 @@ def test_gpu_plan_overrides(case):
 
 
 def test_preflight_report_without_hardware_skips_with_the_reason(case):
-    from ansible_collections.kvshare.dynamo.plugins.filter.rdma_ucx import rdma_ucx_preflight_report
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal.rdma_ucx import rdma_ucx_preflight_report
     topo = discover(*case("dgx_h100"))
     facts = {"require_hardware": False, "no_hw_reason": "topology from rdma_ucx_topology_facts (no live hardware)\n",
              "packages": ["rdma-core"], "install_packages": False, "has_gpu": False, "has_hca": False, "hw": False,

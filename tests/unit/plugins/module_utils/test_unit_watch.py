@@ -165,7 +165,7 @@ def test_health_of_the_replaced_invocation_does_not_count():
 
 
 def test_watch_units_ask_the_module_to_start_or_restart():
-    from ansible_collections.kvshare.dynamo.plugins.filter.dynamo import worker_watch_units
+    from ansible_collections.kvshare.dynamo.plugins.filter.internal.dynamo import worker_watch_units
     ws = [{"name": "a", "system_port": 1, "model": "m"}, {"name": "b", "system_port": 2, "model": "m"}]
     units = worker_watch_units(ws, "127.0.0.1", True, ["a"])
     assert [(u["name"], u["start"]) for u in units] == [("a", "restarted"), ("b", "started")]
