@@ -82,7 +82,7 @@ PERFTEST_DEFAULT_PORT = 18515
 LOCAL_ONLY_ADDRESSES = ("127.0.0.1", "localhost", "::1")
 # Groups the site.yml plays use by name.
 DYNAMO_GROUP = "dynamo"
-FRONTEND_GROUP = "dynamo_frontend"
+FRONTEND_GROUP = _stack.FRONTEND_GROUP   # one definition (stack.py), as frontend_url reads it
 WORKERS_GROUP = "dynamo_workers"
 MARU_GROUP = "maru_pool"
 RDMA_GROUP = "rdma_ucx"

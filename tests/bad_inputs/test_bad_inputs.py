@@ -732,7 +732,7 @@ UNCOVERED_CONDITIONS = {
         _ON_THE_HOST % "the service account",
     ("dynamo_worker : Check the worker settings", "dynamo_worker_discovery_backend in"):
         _SPEC_FIRST % "unknown_discovery_backend",
-    ("dynamo_worker : Check the worker settings", "__dynamo_worker_frontend_url"):
+    ("dynamo_worker : Check the worker settings", "__kvshare_frontend_url"):
         "validate.yml's worker list check refuses workers without a frontend first (case workers_without_frontend)",
     ("etcd : Check that the etcd group exists and has members", "etcd_group_name in groups"):
         "run once for the cluster: its message names the group, no host (every case's message names its host)",

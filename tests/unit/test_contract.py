@@ -78,6 +78,9 @@ def found():
             text = handle.read()
         for match in re.finditer(r"\b(ansible_)?default_ipv4\b", text):
             places.add(("address", rel, match.group(0)))
+        # The frontend URL has one name, __kvshare_frontend_url (roles/kvshare/defaults/main.yml).
+        if "kvshare.dynamo.frontend_url" in text:
+            places.add(("frontend_url", rel, "kvshare.dynamo.frontend_url"))
         if _role_of(rel) != "dynamo_frontend":
             for name in ("dynamo_frontend_http_port", "dynamo_frontend_http_host"):
                 if name in text:
@@ -133,6 +136,7 @@ def test_the_scan_sees_a_recomputation(tmp_path, monkeypatch):
         "roles/dynamo_runtime/defaults/main.yml": "dynamo_runtime_venv: /opt/v\n",
         "roles/alpha/defaults/main.yml": "__alpha_venv: \"{{ dynamo_runtime_venv | default('/opt/v') }}\"\n",
         "playbooks/p.yml": "url: \"http://{{ x }}:{{ dynamo_frontend_http_port }}\"\n",
+        "playbooks/q.yml": "url: \"{{ groups | kvshare.dynamo.frontend_url(hostvars, d) }}\"\n",
         "plugins/filter/f.py": "PORT = 2379\n",
     }.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -140,4 +144,5 @@ def test_the_scan_sees_a_recomputation(tmp_path, monkeypatch):
     monkeypatch.setattr(sys.modules[__name__], "ROLES", ["alpha", "dynamo_runtime", "kvshare"])
     assert found() == {("fallback", "roles/alpha/defaults/main.yml", "dynamo_runtime_venv"),
                        ("frontend", "playbooks/p.yml", "dynamo_frontend_http_port"),
+                       ("frontend_url", "playbooks/q.yml", "kvshare.dynamo.frontend_url"),
                        ("port", "plugins/filter/f.py", "2379")}
