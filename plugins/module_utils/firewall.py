@@ -47,11 +47,10 @@ import ipaddress
 import re
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
-from ansible_collections.kvshare.dynamo.plugins.module_utils.ports import parse_port, parse_port_range
+from ansible_collections.kvshare.dynamo.plugins.module_utils.ports import parse_port, parse_port_range, runs_state_agent
 
 __all__ = [
     "ROLE_DEFAULT_KEYS",
-    "KVCR_STATE_AGENT_DEFAULT",
     "PERFTEST_DEFAULT_PORT",
     "FirewallError",
     "parse_sources",
@@ -68,13 +67,11 @@ ROLE_DEFAULT_KEYS = {
     "etcd_client": ("etcd_client_proxy_enabled", "etcd_client_proxy_port"),
     "dynamo_frontend": ("dynamo_frontend_http_port",),
     "maru_pool": ("maru_pool_rm_port", "maru_pool_server_port", "maru_pool_bind_address"),
-    "kvcr": ("kvcr_group_name", "kvcr_control_port", "kvcr_kv_events_port", "kvcr_state_agent_system_port",
-             "kvcr_state_agent_enabled"),
+    "kvcr": ("kvcr_group_name", "kvcr_control_port", "kvcr_kv_events_port", "kvcr_state_agent_system_port"),
+    # The contract's own entries (no role variable): the slot whose host runs the KV state agent.
+    "kvshare": ("kvcr_state_agent_slot",),
     "rdma_ucx": ("rdma_ucx_bw_test", "rdma_ucx_bw_server", "rdma_ucx_bw_extra_args"),
 }
-# The kvcr role's default for kvcr_state_agent_enabled, evaluated here as "slot 0 runs the agent".
-# The filter refuses to go on when the role's default no longer reads like this.
-KVCR_STATE_AGENT_DEFAULT = "{{ (kvcr_cache_slot | string) == '0' }}"
 # ib_write_bw's out-of-band TCP port when rdma_ucx_bw_extra_args does not pass -p/--port.
 PERFTEST_DEFAULT_PORT = 18515
 
@@ -456,18 +453,14 @@ def _plan_maru(b, where):
 
 
 def _runs_state_agent(b, member, role_defaults):
-    """Whether the kvcr role runs the KV state agent on ``member``: its kvcr_state_agent_enabled, else the
-    role's default evaluated as "slot 0 runs the agent" (None, with an error, when that default changed)."""
-    agent = b.inv.own(member, "kvcr_state_agent_enabled", _MISSING)
-    if agent is _MISSING:
-        default = role_defaults.get("kvcr_state_agent_enabled")
-        if default != KVCR_STATE_AGENT_DEFAULT:
-            b.err("kvcr_state_agent_enabled on %s: the kvcr role's default (%r) is not the one this plan "
-                  "evaluates (%r); set kvcr_state_agent_enabled in the inventory (needed on %s)"
-                  % (member, default, KVCR_STATE_AGENT_DEFAULT, b.host))
-            return None
-        return str(b.inv.own(member, "kvcr_cache_slot", None)) == "0"
-    return _truthy(agent)
+    """Whether the kvcr role runs the KV state agent on ``member`` (ports.runs_state_agent: its
+    kvcr_state_agent_enabled, else whether its slot is the contract's agent slot)."""
+    def own(key):
+        value = b.inv.own(member, key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+    return runs_state_agent(own, role_defaults)
 
 
 def _plan_kvcr(b, opts, where, role_defaults):

@@ -282,6 +282,25 @@ def _truthy(value):
     return str(value).strip().lower() in _TRUE
 
 
+def runs_state_agent(host_vars, service_defaults):
+    """Whether a KVCR host runs the KV state agent, as the kvcr role's default decides it: the
+    host's kvcr_state_agent_enabled where it sets one, else whether its kvcr_cache_slot is the
+    contract's kvcr_state_agent_slot (``service_defaults``: kvshare_service_defaults).
+    ``host_vars``: the host's own variables (a mapping, or a callable key -> value raising
+    KeyError when unset)."""
+    lookup = host_vars if callable(host_vars) else host_vars.__getitem__
+
+    def own(key, default):
+        try:
+            return lookup(key)
+        except KeyError:
+            return default
+    enabled = own("kvcr_state_agent_enabled", _MISSING)
+    if enabled is not _MISSING:
+        return _truthy(enabled)
+    return str(own("kvcr_cache_slot", None)) == str(service_defaults["kvcr_state_agent_slot"])
+
+
 def host_service_ports(host, groups, host_vars, role_defaults):
     """The ports this collection's services will listen on on ``host``.
 

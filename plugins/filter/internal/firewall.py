@@ -17,14 +17,12 @@ from ansible.errors import AnsibleError, AnsibleFilterError
 
 def role_defaults(service_defaults):
     """{variable: default} for the variables of _fw.ROLE_DEFAULT_KEYS, from the stack contract
-    (kvshare_service_defaults, roles/kvshare), plus the kvcr rule this plan evaluates."""
+    (kvshare_service_defaults, roles/kvshare)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import firewall as _fw
     out = {}
     for role, keys in _fw.ROLE_DEFAULT_KEYS.items():
         for key in keys:
-            if key == "kvcr_state_agent_enabled":
-                out[key] = _fw.KVCR_STATE_AGENT_DEFAULT
-            elif key not in (service_defaults or {}):
+            if key not in (service_defaults or {}):
                 raise AnsibleFilterError("firewall: %s (the %s role's service default) is missing from "
                                          "kvshare_service_defaults (roles/kvshare)" % (key, role))
             else:

@@ -49,15 +49,17 @@ def _host_lookup(hostvars, host):
     return lookup
 
 
+def _unset(key):
+    """A host that sets nothing (no host to read)."""
+    raise KeyError(key)
+
+
 def _role_defaults(service_defaults, host_lookup=None):
     """role -> {variable: default} for module_utils.ports from the stack contract (kvshare_service_defaults),
-    with the kvcr role's state agent default evaluated for the host (on by default on slot 0)."""
+    with the kvcr role's state agent default evaluated for the host (ports.runs_state_agent)."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import ports as _ports
-    try:
-        slot = host_lookup("kvcr_cache_slot") if host_lookup else None
-    except KeyError:
-        slot = None
-    defaults = dict(service_defaults or {}, kvcr_state_agent_enabled=str(slot) == "0")
+    defaults = dict(service_defaults or {}, kvcr_state_agent_enabled=_ports.runs_state_agent(
+        host_lookup or _unset, service_defaults or {}))
     return dict((role, defaults) for role in _ports.SERVICE_ROLES)
 
 

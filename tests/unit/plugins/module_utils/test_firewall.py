@@ -53,8 +53,8 @@ def test_role_defaults_are_read_from_the_roles():
     assert (DEFAULTS["kvcr_control_port"], DEFAULTS["kvcr_kv_events_port"]) == (23280, 23080)
     assert DEFAULTS["kvcr_state_agent_system_port"] == 9091
     assert DEFAULTS["etcd_client_proxy_port"] == 23790 and DEFAULTS["etcd_client_proxy_enabled"] is True
-    # the one templated default the plan evaluates itself
-    assert DEFAULTS["kvcr_state_agent_enabled"] == fw.KVCR_STATE_AGENT_DEFAULT
+    # the slot whose host runs the state agent (ports.runs_state_agent), not a copy of the kvcr default
+    assert DEFAULTS["kvcr_state_agent_slot"] == 0 and "kvcr_state_agent_enabled" not in DEFAULTS
 
 
 def test_frontend_and_etcd_host():
@@ -146,14 +146,18 @@ def test_kvcr_events_port_is_open_to_the_state_agent_hosts_only():
     assert c["tcp/23080"] == ["10.0.0.4", "10.0.4.4"] and d["tcp/24080"] == ["10.0.0.4", "10.0.4.4"]
 
 
-def test_kvcr_peer_without_a_known_state_agent_rule_is_reported():
+def test_the_state_agent_slot_decides_which_peer_is_admitted():
+    """The agent runs on the host of the contract's kvcr_state_agent_slot (0), as the kvcr role's
+    default decides: with slot 1, d runs it and c's events port admits d; a host's own
+    kvcr_state_agent_enabled wins."""
     hostvars, groups = two_kvcr_hosts()
-    defaults = dict(DEFAULTS, kvcr_state_agent_enabled="{{ kvcr_cache_slot == 1 }}")
-    p = fw.host_plan("d", groups, hostvars, dict(OPTIONS), defaults)
-    assert any(e.startswith("kvcr_state_agent_enabled on c: ") and e.endswith("(needed on d)") for e in p["errors"])
+    slot_1 = dict(DEFAULTS, kvcr_state_agent_slot=1)
+    c = fw.port_table(fw.host_plan("c", groups, hostvars, dict(OPTIONS), slot_1))
+    assert c["tcp/23080"] == ["10.0.0.4", "10.0.4.4"] and "tcp/9091" not in c
+    assert "tcp/9091" in fw.port_table(fw.host_plan("d", groups, hostvars, dict(OPTIONS), slot_1))
     hostvars["c"]["kvcr_state_agent_enabled"] = True
     hostvars["d"]["kvcr_state_agent_enabled"] = False
-    p = fw.host_plan("d", groups, hostvars, dict(OPTIONS), defaults)
+    p = fw.host_plan("d", groups, hostvars, dict(OPTIONS), DEFAULTS)
     assert p["errors"] == [] and fw.port_table(p)["tcp/24080"] == ["10.0.0.3", "10.0.3.3"]
 
 
@@ -298,17 +302,16 @@ def test_local_port_range(proc, configured, needle):
 
 
 def test_service_roles_read_their_defaults_from_the_contract():
-    """Each service variable is defined once, in roles/kvshare; its role's default reads that entry,
-    and the kvcr state agent rule is the one the plan evaluates."""
+    """Each service variable is defined once, in roles/kvshare; its role's default reads that entry."""
     for role, keys in fw.ROLE_DEFAULT_KEYS.items():
         with open(os.path.join(REPO, "roles", role, "defaults", "main.yml")) as fh:
             defaults = yaml.safe_load(fh)
+        if role == "kvshare":   # the contract's own entries
+            assert set(keys) <= set(CONTRACT), keys
+            continue
         for key in keys:
-            if key == "kvcr_state_agent_enabled":
-                assert defaults[key] == fw.KVCR_STATE_AGENT_DEFAULT
-            else:
-                assert key in CONTRACT, key
-                assert defaults[key] == "{{ kvshare_service_defaults.%s }}" % key, (role, key)
+            assert key in CONTRACT, key
+            assert defaults[key] == "{{ kvshare_service_defaults.%s }}" % key, (role, key)
 
 
 def test_a_contract_without_a_service_default_is_refused():

@@ -269,3 +269,41 @@ def test_port_clashes_unknown_owner_is_ours_only_when_our_service_runs():
     assert len(_ss_clashes(line, "127.0.30.1", 5555)) == 1
     assert len(_ss_clashes(line, "127.0.30.1", 5555, own_pids=["0"])) == 1
     assert _ss_clashes(line, "127.0.30.1", 5555, own_pids=["321"]) == []
+
+
+def test_runs_state_agent_follows_the_host_else_the_contract_slot():
+    """One rule (ports.runs_state_agent) for the firewall plan and validation, as the kvcr role's
+    default decides it: the host's kvcr_state_agent_enabled, else its slot against the contract's."""
+    contract = {"kvcr_state_agent_slot": 0}
+    assert ports.runs_state_agent({"kvcr_cache_slot": 0}, contract) is True
+    assert ports.runs_state_agent({"kvcr_cache_slot": "0"}, contract) is True
+    assert ports.runs_state_agent({"kvcr_cache_slot": 1}, contract) is False
+    assert ports.runs_state_agent({}, contract) is False
+    assert ports.runs_state_agent({"kvcr_cache_slot": 1}, {"kvcr_state_agent_slot": 1}) is True
+    assert ports.runs_state_agent({"kvcr_cache_slot": 0, "kvcr_state_agent_enabled": "false"}, contract) is False
+    assert ports.runs_state_agent({"kvcr_cache_slot": 1, "kvcr_state_agent_enabled": True}, contract) is True
+
+    def lookup(key):
+        raise KeyError(key)
+    assert ports.runs_state_agent(lookup, contract) is False
+
+
+def test_the_kvcr_default_reads_the_contract_slot():
+    """The kvcr role's default is the same rule over the same contract entry (no copy of its text
+    elsewhere): rendered with ansible's templar for slots 0 and 1 and the contract's slot."""
+    import yaml
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+    with open(os.path.join(root, "roles", "kvcr", "defaults", "main.yml")) as handle:
+        kvcr = yaml.safe_load(handle)
+    default = kvcr["kvcr_state_agent_enabled"]
+    with open(os.path.join(root, "roles", "kvshare", "defaults", "main.yml")) as handle:
+        contract = yaml.safe_load(handle)["kvshare_service_defaults"]
+    for agent_slot in (0, 1):
+        agreed = dict(contract, kvcr_state_agent_slot=agent_slot)
+        for slot in (0, 1, 2):
+            variables = {"kvcr_cache_slot": slot, "kvshare_service_defaults": agreed}
+            rendered = Templar(loader=DataLoader(), variables=variables).template(trust_as_template(default))
+            assert str(rendered).lower() == str(ports.runs_state_agent({"kvcr_cache_slot": slot}, agreed)).lower(), \
+                (agent_slot, slot, rendered)
