@@ -29,11 +29,12 @@ Drop it once the pinned Maru detects the layout itself (newer upstream has maru_
 Command line (no vLLM import, so it is cheap enough for ExecStartPre)::
 
     python -m kvshare_maru_connector wait tcp://127.0.0.1:5555 [--timeout 120]
-    python -m kvshare_maru_connector usage tcp://127.0.0.1:5555
+    python -m kvshare_maru_connector usage tcp://127.0.0.1:5555 [--follow]
 
 ``wait`` polls every second until maru-server answers a heartbeat and the resource manager it
 names in its handshake accepts a TCP connection (exit 0), or gives up after the timeout (exit 1,
-with what is down). ``usage`` prints the server's KV entries and per-instance bytes as JSON.
+with what is down). ``usage`` prints the server's KV entries and per-instance bytes as JSON; with ``--follow`` it keeps
+one connection and prints one such line per line it reads on stdin, until stdin ends.
 """
 
 import argparse
@@ -45,7 +46,7 @@ import time
 # MaruKVConnector comes from the module-level __getattr__ below (built on first use).
 # pylint: disable=undefined-all-variable
 __all__ = ["MaruKVConnector", "KVLayoutError", "check_kv_caches", "check_kv_view", "extract_bhnc",
-           "inject_bhnc", "wait", "usage"]
+           "inject_bhnc", "wait", "usage", "follow"]
 # pylint: enable=undefined-all-variable
 
 
@@ -258,14 +259,9 @@ def wait(server_url, timeout=120.0, interval=1.0):
         time.sleep(interval)
 
 
-def usage(server_url, timeout_ms=2000):
-    """KV entries and bytes held by maru-server, in total and per instance id."""
-    client = _client(server_url, timeout_ms)
-    try:
-        stats = client.get_stats()
-        use = client.get_usage()
-    finally:
-        client.close()
+def _usage_of(client):
+    stats = client.get_stats()
+    use = client.get_usage()
     return {
         "entries": stats.kv_manager.total_entries,
         "kv_bytes": stats.kv_manager.total_size,
@@ -276,6 +272,39 @@ def usage(server_url, timeout_ms=2000):
     }
 
 
+def usage(server_url, timeout_ms=2000):
+    """KV entries and bytes held by maru-server, in total and per instance id."""
+    client = _client(server_url, timeout_ms)
+    try:
+        return _usage_of(client)
+    finally:
+        client.close()
+
+
+def follow(server_url, lines, out, timeout_ms=2000):
+    """One usage reading per line read from ``lines``, written to ``out`` as one JSON line, over one
+    connection kept between readings (verify.yml polls the pool every 0.1 s while worker A's KV
+    lands; a process per reading costs 0.13 s). A failed reading writes ``{"error": ...}`` and
+    connects again for the next one. Returns at the end of ``lines``."""
+    client = None
+    try:
+        for dummy in iter(lines.readline, ""):
+            try:
+                if client is None:
+                    client = _client(server_url, timeout_ms)
+                reading = _usage_of(client)
+            except Exception as exc:  # reported on its line; the caller decides
+                if client is not None:
+                    client.close()
+                client = None
+                reading = {"error": "maru-server %s: %s" % (server_url, exc)}
+            out.write(json.dumps(reading, sort_keys=True) + "\n")
+            out.flush()
+    finally:
+        if client is not None:
+            client.close()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m kvshare_maru_connector")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -284,11 +313,16 @@ def main(argv=None):
     w.add_argument("--timeout", type=float, default=120.0)
     u = sub.add_parser("usage", help="print maru-server's KV entries and per-instance usage as JSON")
     u.add_argument("server_url")
+    u.add_argument("--follow", action="store_true",
+                   help="keep running: one reading (a JSON line) per line read on stdin, until its end")
     args = parser.parse_args(argv)
     if args.command == "wait":
         ok, detail = wait(args.server_url, args.timeout)
         print(("ready: " if ok else "not ready after %gs: " % args.timeout) + detail, file=sys.stdout if ok else sys.stderr)
         return 0 if ok else 1
+    if args.follow:
+        follow(args.server_url, sys.stdin, sys.stdout)
+        return 0
     print(json.dumps(usage(args.server_url), sort_keys=True))
     return 0
 
