@@ -25,10 +25,16 @@ Stdlib only. Sources (xcena-dev/maru @ 4fd29cefdb8498db0a0e9afc1d89eab76642c3d2)
 
 from __future__ import annotations
 
+import collections
+import json
+import queue
 import re
+import subprocess
+import threading
 
 __all__ = [
     "DTYPE_BYTES",
+    "UsageFollower",
     "MaruConfigError",
     "parse_size",
     "format_size",
@@ -234,3 +240,67 @@ def lmcache_config(server_host, server_port, pool_size_gb, chunk_size=DEFAULT_KV
         "maru_pool_size": gb,
         "extra_config": extra_config,
     }
+
+
+class UsageFollower:
+    """``python -m kvshare_maru_connector usage --follow <URL>`` kept running (kv_share_check's
+    store probe): each line written to its stdin asks for one reading, which it answers with one
+    JSON line. Shared by threads, one reading at a time."""
+
+    def __init__(self, argv, timeout):
+        self.argv = list(argv)
+        self.timeout = timeout
+        self.lock = threading.Lock()
+        self.lines = queue.Queue()
+        self.stderr = collections.deque(maxlen=20)
+        self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, universal_newlines=True, bufsize=1)
+        self.pumps = []
+        for stream, sink in ((self.proc.stdout, self.lines.put), (self.proc.stderr, self.stderr.append)):
+            thread = threading.Thread(target=self._pump, args=(stream, sink))
+            thread.daemon = True
+            thread.start()
+            self.pumps.append(thread)
+
+    @staticmethod
+    def _pump(stream, sink):
+        for line in iter(stream.readline, ""):
+            sink(line)
+        sink(None)
+
+    def _gone(self):
+        # Its output ended: the exit status and the last of stderr follow within moments.
+        try:
+            self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            pass
+        self.pumps[1].join(2)
+        return RuntimeError("%s exited (rc=%s): %s" % (" ".join(self.argv[-3:]), self.proc.returncode,
+                                                       "".join(x for x in self.stderr if x).strip()[-300:]))
+
+    def read(self):
+        """One reading: the parsed JSON line."""
+        with self.lock:
+            try:
+                self.proc.stdin.write("\n")
+                self.proc.stdin.flush()
+            except (OSError, ValueError):
+                raise self._gone()
+            try:
+                line = self.lines.get(timeout=self.timeout)
+            except queue.Empty:
+                raise RuntimeError("no reading from %s within %.0f s" % (" ".join(self.argv[-3:]), self.timeout))
+            if line is None:
+                raise self._gone()
+            return json.loads(line)
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()

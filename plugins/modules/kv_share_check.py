@@ -42,6 +42,9 @@ description:
     still checked and reported; if they fail, the verdict is V(failed).
   - Read-only apart from the two completions (plus nothing else); never reports C(changed).
     Concurrent traffic to the same workers can disturb the deltas, so run it on a quiet pair.
+  - With O(pairs), one run checks several pairs. Pairs that share a worker or a pool run one after
+    another; the others run side by side (a thread each), so one module run on one host replaces
+    a run per pair.
 version_added: "0.1.0"
 author:
   - kvshare.dynamo developers (@kvshare)
@@ -51,13 +54,13 @@ options:
     type: str
     required: true
   model:
-    description: Served model name both workers registered.
+    description: Served model name both workers registered. Required without O(pairs).
     type: str
-    required: true
   worker_a:
-    description: The worker that computes the prompt first (and stores its KV into the pool).
+    description:
+      - The worker that computes the prompt first (and stores its KV into the pool). Required
+        without O(pairs).
     type: dict
-    required: true
     suboptions: &worker_suboptions
       name:
         description: Label used in the report.
@@ -76,11 +79,59 @@ options:
         description: Pinned request-plane port (C(DYN_TCP_RPC_PORT)); optional cross-check of the id mapping.
         type: int
   worker_b:
-    description: The worker that must take the prompt's KV from the pool.
+    description: The worker that must take the prompt's KV from the pool. Required without O(pairs).
     type: dict
-    required: true
     # The same suboptions as worker_a (a YAML alias of its anchor).
     suboptions: *worker_suboptions
+  pairs:
+    description:
+      - Several pairs in one run, instead of O(model), O(worker_a), O(worker_b) and the store
+        options. The other options apply to every pair; a given O(nonce) gets the pair's
+        position appended, so that no pair finds another's prompt.
+    type: list
+    elements: dict
+    suboptions:
+      pool:
+        description: The pool the pair shares; pairs naming the same pool run one after another.
+        type: str
+        required: true
+      model:
+        description: As O(model).
+        type: str
+        required: true
+      worker_a:
+        description: As O(worker_a).
+        type: dict
+        required: true
+        suboptions: *worker_suboptions
+      worker_b:
+        description: As O(worker_b).
+        type: dict
+        required: true
+        suboptions: *worker_suboptions
+      store_probe:
+        description: As O(store_probe).
+        type: list
+        elements: str
+      store_probe_follow:
+        description: As O(store_probe_follow).
+        type: bool
+        default: false
+      store_instance_id:
+        description: As O(store_instance_id).
+        type: str
+      store_metric:
+        description: As O(store_metric).
+        type: dict
+        suboptions: &store_metric_suboptions
+          name:
+            description: Metric name, e.g. C(vllm:kv_offload_tiering_write_bytes_total).
+            type: str
+            required: true
+          labels:
+            description: Labels a sample must have, e.g. C(tier=1:kvcr).
+            type: dict
+            default: {}
   min_prompt_tokens:
     description: The prompt must have at least this many tokens (from C(usage.prompt_tokens)).
     type: int
@@ -122,7 +173,7 @@ options:
     description:
       - Seconds to wait after A's answer before B's request, for connectors that store KV
         asynchronously, when no O(store_probe) says when A's KV has landed. ExampleConnector
-        stores synchronously.
+        stores synchronously. Not waited for a mocker pair (it stores nothing).
     type: float
     default: 1.0
   store_probe:
@@ -132,6 +183,13 @@ options:
         stored bytes grew and stopped growing (instead of O(settle_s)); the wait is a check.
     type: list
     elements: str
+  store_probe_follow:
+    description:
+      - O(store_probe) keeps running and answers each line written to its stdin with one JSON line
+        (C(usage --follow)). It is started once per module run and shared by the pairs that name
+        the same command, so a reading costs a round trip to the pool instead of a process start.
+    type: bool
+    default: false
   store_instance_id:
     description: Pool instance id of worker A (its C(maru_instance_id)); its bytes are watched.
     type: str
@@ -142,15 +200,7 @@ options:
         that grows when A has written KV to the pool. B's request waits, polling every 0.1 s, until
         it grew and stopped growing, as with O(store_probe) (which wins when both are given).
     type: dict
-    suboptions:
-      name:
-        description: Metric name, e.g. C(vllm:kv_offload_tiering_write_bytes_total).
-        type: str
-        required: true
-      labels:
-        description: Labels a sample must have, e.g. C(tier=1:kvcr).
-        type: dict
-        default: {}
+    suboptions: *store_metric_suboptions
   store_timeout:
     description: Seconds to wait for A's KV to land in the pool.
     type: float
@@ -200,9 +250,16 @@ EXAMPLES = r"""
 
 RETURN = r"""
 verdict:
-  description: V(passed), V(failed), V(not_applicable) (a mocker is involved) or V(error) (could not run).
+  description:
+    - V(passed), V(failed), V(not_applicable) (a mocker is involved) or V(error) (could not run).
+    - With O(pairs), the worst of the pairs' verdicts (V(error), V(failed), V(not_applicable), V(passed)).
   returned: always
   type: str
+pairs:
+  description: With O(pairs), one item per pair in their order, each with verdict, reasons and report as below.
+  returned: when O(pairs) is given
+  type: list
+  elements: dict
 reasons:
   description: Why the verdict is not V(passed); empty when it is.
   returned: always
@@ -239,8 +296,8 @@ report:
       type: int
     request_a:
       description:
-        - A's request, status, ttft_s, total_s, prompt_tokens, completion_tokens, cached_tokens,
-          text, finish_reason, error.
+        - A's request, status, started_at (epoch seconds), ttft_s, total_s, prompt_tokens,
+          completion_tokens, cached_tokens, text, finish_reason, error.
       type: dict
     request_b:
       description: Same as RV(report.request_a) for B.
@@ -285,7 +342,7 @@ report:
       description: Whether A and B produced the same completion text.
       type: bool
     warmup:
-      description: Status and time of the warm-up request per worker (empty when O(warmup=false)).
+      description: Status, started_at and time of the warm-up request per worker (empty when O(warmup=false)).
       type: dict
     store:
       description:
@@ -306,6 +363,7 @@ report:
 """
 
 import binascii
+import collections
 import json
 import os
 import random
@@ -314,6 +372,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvshare.dynamo.plugins.module_utils import dynamo_http
+from ansible_collections.kvshare.dynamo.plugins.module_utils import maru
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text as pt
 
 # Common words; each is >= 1 token in BPE/SentencePiece vocabularies. The list is also the
@@ -327,6 +386,8 @@ GENERATE_REQUESTS = "dynamo_component_requests_total"
 
 def pool_bytes(usage, instance_id=None):
     """Bytes an instance holds in the pool (all KV bytes without an id), from ``usage`` JSON."""
+    if usage.get("error"):
+        raise RuntimeError(usage["error"])
     if not instance_id:
         return int(usage["kv_bytes"])
     return sum(int(v.get("used", 0)) for k, v in (usage.get("instances") or {}).items()
@@ -445,12 +506,13 @@ def _wait_metrics(url, before, model, engine, prompt_tokens, timeout, wait_s,
                 return expo, None
         if clock() >= deadline:
             return expo, err
-        sleep(0.2)
+        sleep(0.1)
 
 
-def _request_summary(sr):
+def _request_summary(sr, started_at=None):
     return {
         "status": sr.status,
+        "started_at": None if started_at is None else round(started_at, 4),
         "ttft_s": None if sr.ttft_s is None else round(sr.ttft_s, 4),
         "total_s": None if sr.total_s is None else round(sr.total_s, 4),
         "prompt_tokens": sr.prompt_tokens,
@@ -572,11 +634,13 @@ def _warm_up(completions, model, ids, nonce, prompt_words, request_timeout, repo
     """One 1-token request of another prompt to each worker (first-request costs out of the way)."""
     def warm(key):
         wprompt = build_prompt("warmup-%s-%s" % (key, nonce), prompt_words)
-        return dynamo_http.post_json(completions, dynamo_http.completion_payload(
+        started_at = time.time()
+        return started_at, dynamo_http.post_json(completions, dynamo_http.completion_payload(
             model, wprompt, 1, instance_id=ids[key], temperature=0), request_timeout)
     # Both at once: two workers, two prompts (neither is the measured one).
-    for key, res in zip(("a", "b"), _together([lambda k=k: warm(k) for k in ("a", "b")])):
-        report["warmup"][key] = {"status": res.status, "elapsed_s": round(res.elapsed_s, 4),
+    for key, (started_at, res) in zip(("a", "b"), _together([lambda k=k: warm(k) for k in ("a", "b")])):
+        report["warmup"][key] = {"status": res.status, "started_at": round(started_at, 4),
+                                 "elapsed_s": round(res.elapsed_s, 4),
                                  "error": None if res.ok else res.describe()}
 
 
@@ -605,7 +669,9 @@ def _request(target, completions, model, prompt, max_tokens, ids, urls, engines,
     payload = dynamo_http.completion_payload(model, prompt, max_tokens,
                                              instance_id=ids[target], temperature=0,
                                              stream=True, include_usage=True)
+    started_at = time.time()
     sr = dynamo_http.stream_completion(completions, payload, request_timeout)
+    sr.started_at = started_at
     after = {}
     other = "b" if target == "a" else "a"
     after[target], err_t = _wait_metrics(urls[target], before[target], model,
@@ -626,8 +692,8 @@ def _request(target, completions, model, prompt, max_tokens, ids, urls, engines,
 def _summarise(report, results, deltas):
     """Requests, deltas and timings into the report. Return the prompt's token count (or None)."""
     ra, rb = results["a"], results["b"]
-    report["request_a"] = _request_summary(ra)
-    report["request_b"] = _request_summary(rb)
+    report["request_a"] = _request_summary(ra, getattr(ra, "started_at", None))
+    report["request_b"] = _request_summary(rb, getattr(rb, "started_at", None))
     report["a"] = deltas["a"]["a"]
     report["b"] = deltas["b"]["b"]
     report["cross"] = {"b_during_a": deltas["a"]["b"], "a_during_b": deltas["b"]["a"]}
@@ -825,8 +891,8 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
     for target in ("a", "b"):
         if target == "b" and store_bytes is not None:
             _wait_a_stored(store_bytes, report, checks, store_timeout, clock, sleep)
-        elif target == "b" and settle_s > 0:
-            sleep(settle_s)
+        elif target == "b" and settle_s > 0 and not mocker:
+            sleep(settle_s)  # a mocker stores nothing: nothing to settle
         if target == "b" and between is not None:
             between()
         results[target], deltas[target] = _request(target, completions, model, prompt, max_tokens,
@@ -862,6 +928,60 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
     return _finish(report, checks, "failed" if failed else "passed", (wa, wb))
 
 
+def pair_lanes(pairs):
+    """Lanes of pair positions: pairs that share a worker (by name) or a pool are in one lane, in
+    their order; lanes share nothing, so they can run side by side."""
+    parent = list(range(len(pairs)))
+
+    def root(i):
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    owner = {}
+    for pos, pair in enumerate(pairs):
+        keys = [("pool", pair.get("pool"))] + [("worker", pair[w]["name"]) for w in ("worker_a", "worker_b")]
+        for key in keys:
+            if key in owner:
+                parent[root(pos)] = root(owner[key])
+            else:
+                owner[key] = pos
+    lanes = collections.OrderedDict()
+    for pos in range(len(pairs)):
+        lanes.setdefault(root(pos), []).append(pos)
+    return list(lanes.values())
+
+
+VERDICT_ORDER = ("error", "failed", "not_applicable", "passed")
+
+
+def _error_report(pair, exc):
+    name = "%s -> %s" % (pair["worker_a"]["name"], pair["worker_b"]["name"])
+    return {"pair": name, "verdict": "error", "checks": [],
+            "reasons": ["the check of %s stopped: %s: %s" % (name, type(exc).__name__, exc)]}
+
+
+def run_pairs(frontend_url, pairs, store_reader, options):
+    """Check every pair, lanes side by side (see pair_lanes). ``store_reader(pair)`` gives the
+    pair's store_bytes callable (or None); ``options`` are run_check's other keyword arguments.
+    Return the reports in the pairs' order."""
+    reports = [None] * len(pairs)
+
+    def lane(positions):
+        for pos in positions:
+            pair = pairs[pos]
+            opts = dict(options)
+            if opts.get("nonce") is not None and len(pairs) > 1:
+                opts["nonce"] = "%s-%d" % (opts["nonce"], pos)
+            try:
+                reports[pos] = run_check(frontend_url, pair["model"], pair["worker_a"], pair["worker_b"],
+                                         store_bytes=store_reader(pair), **opts)
+            except Exception as exc:  # one pair's crash is that pair's error, not the run's
+                reports[pos] = _error_report(pair, exc)
+    _together([lambda lane_positions=positions: lane(lane_positions) for positions in pair_lanes(pairs)])
+    return reports
+
+
 def main():
     worker_opts = dict(
         name=dict(type="str", required=True),
@@ -869,12 +989,23 @@ def main():
         engine=dict(type="str", choices=["vllm", "mocker"], default="vllm"),
         rpc_port=dict(type="int"),
     )
+    metric_opts = dict(name=dict(type="str", required=True), labels=dict(type="dict", default={}))
     module = AnsibleModule(
         argument_spec=dict(
             frontend_url=dict(type="str", required=True),
-            model=dict(type="str", required=True),
-            worker_a=dict(type="dict", required=True, options=worker_opts),
-            worker_b=dict(type="dict", required=True, options=worker_opts),
+            model=dict(type="str"),
+            worker_a=dict(type="dict", options=worker_opts),
+            worker_b=dict(type="dict", options=worker_opts),
+            pairs=dict(type="list", elements="dict", options=dict(
+                pool=dict(type="str", required=True),
+                model=dict(type="str", required=True),
+                worker_a=dict(type="dict", required=True, options=worker_opts),
+                worker_b=dict(type="dict", required=True, options=worker_opts),
+                store_probe=dict(type="list", elements="str"),
+                store_probe_follow=dict(type="bool", default=False),
+                store_instance_id=dict(type="str"),
+                store_metric=dict(type="dict", options=metric_opts),
+            )),
             min_prompt_tokens=dict(type="int", default=1500, no_log=False),
             prompt_words=dict(type="int"),
             max_tokens=dict(type="int", default=8, no_log=False),
@@ -885,12 +1016,16 @@ def main():
             metrics_wait_s=dict(type="float", default=10.0),
             warmup=dict(type="bool", default=True),
             store_probe=dict(type="list", elements="str"),
+            store_probe_follow=dict(type="bool", default=False),
             store_instance_id=dict(type="str"),
-            store_metric=dict(type="dict", options=dict(name=dict(type="str", required=True),
-                                                        labels=dict(type="dict", default={}))),
+            store_metric=dict(type="dict", options=metric_opts),
             store_timeout=dict(type="float", default=30.0),
             fail_on_unproven=dict(type="bool", default=True),
         ),
+        mutually_exclusive=[("pairs", x) for x in ("model", "worker_a", "worker_b", "store_probe",
+                                                   "store_instance_id", "store_metric")],
+        required_one_of=[("pairs", "worker_a")],
+        required_together=[("model", "worker_a", "worker_b")],
         supports_check_mode=True,
     )
     p = module.params
@@ -907,28 +1042,58 @@ def main():
     if p["nonce"] is not None and not p["nonce"].strip():
         module.fail_json(msg="nonce must not be blank")
 
-    store_bytes = None
-    if p["store_probe"]:
-        def store_bytes():
-            rc, out, err = module.run_command(p["store_probe"])
-            if rc != 0:
-                raise RuntimeError("rc=%d %s" % (rc, (err or out).strip()[-300:]))
-            return pool_bytes(json.loads(out), p["store_instance_id"])
-    elif p["store_metric"]:
-        store_bytes = metric_reader(p["worker_a"]["system_url"], p["store_metric"]["name"],
-                                    p["store_metric"]["labels"], p["request_timeout"])
+    single = not p["pairs"]
+    pairs = p["pairs"] or [dict((k, p[k]) for k in ("model", "worker_a", "worker_b", "store_probe",
+                                                    "store_probe_follow", "store_instance_id", "store_metric"))]
+    followers = {}
+    follow_lock = threading.Lock()
 
-    report = run_check(p["frontend_url"], p["model"], p["worker_a"], p["worker_b"],
-                       p["min_prompt_tokens"], p["prompt_words"], p["max_tokens"], p["nonce"],
-                       p["hit_rate_threshold"], p["request_timeout"], max(p["settle_s"], 0.0),
-                       max(p["metrics_wait_s"], 0.0), p["warmup"], store_bytes=store_bytes,
-                       store_timeout=p["store_timeout"])
-    out = dict(changed=False, verdict=report["verdict"], reasons=report["reasons"],
-               report=report)
-    if p["fail_on_unproven"] and report["verdict"] != "passed":
-        module.fail_json(msg="KV sharing %s for %s: %s" % (
-            "not proven" if report["verdict"] != "failed" else "check failed",
-            report["pair"], "; ".join(report["reasons"])), **out)
+    def store_reader(pair):
+        if pair["store_probe"]:
+            argv = tuple(pair["store_probe"])
+
+            def store_bytes():
+                if pair["store_probe_follow"]:
+                    with follow_lock:
+                        if argv not in followers:
+                            followers[argv] = maru.UsageFollower(argv, p["request_timeout"])
+                    return pool_bytes(followers[argv].read(), pair["store_instance_id"])
+                rc, out, err = module.run_command(list(argv))
+                if rc != 0:
+                    raise RuntimeError("rc=%d %s" % (rc, (err or out).strip()[-300:]))
+                return pool_bytes(json.loads(out), pair["store_instance_id"])
+            return store_bytes
+        if pair["store_metric"]:
+            return metric_reader(pair["worker_a"]["system_url"], pair["store_metric"]["name"],
+                                 pair["store_metric"]["labels"], p["request_timeout"])
+        return None
+
+    options = dict(min_prompt_tokens=p["min_prompt_tokens"], prompt_words=p["prompt_words"],
+                   max_tokens=p["max_tokens"], nonce=p["nonce"], hit_rate_threshold=p["hit_rate_threshold"],
+                   request_timeout=p["request_timeout"], settle_s=max(p["settle_s"], 0.0),
+                   metrics_wait_s=max(p["metrics_wait_s"], 0.0), warmup=p["warmup"],
+                   store_timeout=p["store_timeout"])
+    try:
+        if single:
+            reports = [run_check(p["frontend_url"], pairs[0]["model"], pairs[0]["worker_a"], pairs[0]["worker_b"],
+                                 store_bytes=store_reader(pairs[0]), **options)]
+        else:
+            reports = run_pairs(p["frontend_url"], pairs, store_reader, options)
+    finally:
+        for follower in followers.values():
+            follower.close()
+    verdict = min((r["verdict"] for r in reports), key=VERDICT_ORDER.index)
+    if single:
+        report = reports[0]
+        out = dict(changed=False, verdict=report["verdict"], reasons=report["reasons"], report=report)
+    else:
+        out = dict(changed=False, verdict=verdict, reasons=[x for r in reports for x in r["reasons"]],
+                   pairs=[dict(verdict=r["verdict"], reasons=r["reasons"], report=r) for r in reports])
+    unproven = [r for r in reports if r["verdict"] != "passed"]
+    if p["fail_on_unproven"] and unproven:
+        module.fail_json(msg="; ".join("KV sharing %s for %s: %s" % (
+            "not proven" if r["verdict"] != "failed" else "check failed",
+            r["pair"], "; ".join(r["reasons"])) for r in unproven), **out)
     module.exit_json(**out)
 
 

@@ -16,6 +16,7 @@ from dynamo_fixture_server import (FakeSite, Reply, fixture_text, free_port,  # 
 
 from ansible.module_utils.testing import patch_module_args  # noqa: E402
 from ansible_collections.kvshare.dynamo.plugins.modules import kv_share_check as ksc  # noqa: E402
+from ansible_collections.kvshare.dynamo.plugins.module_utils import maru  # noqa: E402
 
 A_ID = 3496660461086300990
 B_ID = 3496660461086300987
@@ -444,3 +445,115 @@ def test_main_store_metric_that_never_grows_fails_the_pair(stack, capsys):
     rc, out = run_main(s.args(store_metric=KVCR_WRITES, store_timeout=0.5), capsys)
     assert out["verdict"] == "failed"
     assert "worker A's KV did not land in the pool: no new bytes after 0.5 s (0 before, 0 now)" in " | ".join(out["reasons"])
+
+
+# --- a probe that keeps running (usage --follow) ------------------------------------------------------
+
+# Stands in for `python -m kvshare_maru_connector usage --follow`: one JSON line per stdin line,
+# A's bytes 10 for the first two readings, then 138 (A's KV landed).
+FOLLOWER = r"""
+import json, sys
+n = 0
+for line in iter(sys.stdin.readline, ""):
+    n += 1
+    sys.stdout.write(json.dumps({"kv_bytes": 10 if n <= 2 else 138, "instances": {}}) + "\n")
+    sys.stdout.flush()
+"""
+
+
+def test_follow_probe_reads_one_line_per_reading():
+    probe = maru.UsageFollower([sys.executable, "-c", FOLLOWER], 5)
+    try:
+        assert [ksc.pool_bytes(probe.read()) for dummy in range(3)] == [10, 10, 138]
+    finally:
+        probe.close()
+    assert probe.proc.returncode == 0
+
+
+def test_follow_probe_that_exits_names_its_error():
+    probe = maru.UsageFollower([sys.executable, "-c", "import sys; sys.stderr.write('no maru_handler'); sys.exit(3)"], 5)
+    try:
+        with pytest.raises(RuntimeError, match=r"exited \(rc=3\): no maru_handler"):
+            probe.read()
+    finally:
+        probe.close()
+
+
+def test_pool_bytes_refuses_an_error_reading():
+    with pytest.raises(RuntimeError, match="connection reset"):
+        ksc.pool_bytes({"error": "maru-server tcp://127.0.0.1:1: connection reset"})
+
+
+def test_main_store_probe_follow_waits_for_a_landing(stack, capsys):
+    rc, out = run_main(stack().args(store_probe=[sys.executable, "-c", FOLLOWER], store_probe_follow=True,
+                                    store_timeout=5), capsys)
+    store = out["report"]["store"]
+    assert rc == 0 and out["verdict"] == "passed", out["reasons"]
+    assert store["before"] == 10 and store["after"] == 138 and store["error"] is None
+
+
+# --- several pairs in one run ----------------------------------------------------------------------
+
+def _pair(a, b, pool):
+    return {"pool": pool, "model": "tiny", "worker_a": {"name": a, "system_url": "http://x"},
+            "worker_b": {"name": b, "system_url": "http://y"}}
+
+
+def test_pairs_sharing_a_worker_or_a_pool_share_a_lane():
+    pairs = [_pair("sb2/a", "sb2/b", "maru1"), _pair("sb2/a", "sb3/c", "maru1"), _pair("sb3/m", "sb3/n", "mock"),
+             _pair("sb4/x", "sb4/y", "maru2"), _pair("sb4/y", "sb3/m", "maru3")]
+    # 0-1 share A and the pool; 2, 3 and 4 are joined by 4 (it shares y with 3 and m with 2).
+    assert ksc.pair_lanes(pairs) == [[0, 1], [2, 3, 4]]
+    assert ksc.pair_lanes(pairs[:4]) == [[0, 1], [2], [3]]
+    assert ksc.pair_lanes([]) == []
+
+
+def test_lanes_run_side_by_side_and_pairs_in_a_lane_in_order(monkeypatch):
+    import threading
+    lane2_started = threading.Event()
+    order = []
+
+    def fake_check(frontend_url, model, wa, wb, store_bytes=None, **opts):
+        order.append(("start", wa["name"], opts["nonce"]))
+        if wa["name"] == "sb2/a":
+            # Returns only when the other lane has started meanwhile: side by side, not in turn.
+            assert lane2_started.wait(5), "the lanes ran one after the other"
+        else:
+            lane2_started.set()
+        if wb["name"] == "boom":
+            raise ValueError("bad answer")
+        order.append(("end", wa["name"], opts["nonce"]))
+        return {"pair": "%s -> %s" % (wa["name"], wb["name"]), "verdict": "passed", "reasons": []}
+    monkeypatch.setattr(ksc, "run_check", fake_check)
+    pairs = [_pair("sb2/a", "sb2/b", "maru1"), _pair("sb2/a", "sb3/c", "maru1"), _pair("sb3/m", "boom", "mock")]
+    reports = ksc.run_pairs("http://fe", pairs, lambda pair: None, {"nonce": "n"})
+    assert [r["verdict"] for r in reports] == ["passed", "passed", "error"]
+    assert reports[2]["reasons"] == ["the check of sb3/m -> boom stopped: ValueError: bad answer"]
+    lane1 = [e for e in order if e[1] == "sb2/a"]
+    assert lane1 == [("start", "sb2/a", "n-0"), ("end", "sb2/a", "n-0"), ("start", "sb2/a", "n-1"), ("end", "sb2/a", "n-1")]
+
+
+def test_main_pairs_reports_each_pair_and_fails_on_the_unproven_one(stack, capsys):
+    s = stack()
+    good = {"pool": "p1", "model": "tiny", "worker_a": {"name": "w0", "system_url": s.a.url},
+            "worker_b": {"name": "w1", "system_url": s.b.url}}
+    closed = "http://127.0.0.1:%d" % free_port()
+    gone = {"pool": "p2", "model": "tiny", "worker_a": {"name": "g0", "system_url": closed},
+            "worker_b": {"name": "g1", "system_url": closed}}
+    args = dict(frontend_url=s.fe.url, pairs=[good, gone], settle_s=0.0, metrics_wait_s=0.3, request_timeout=5.0)
+    rc, out = run_main(args, capsys)
+    assert rc == 1 and out["verdict"] == "error"
+    assert [p["verdict"] for p in out["pairs"]] == ["passed", "error"]
+    assert out["msg"].startswith("KV sharing not proven for g0 -> g1: worker g0: ")
+    assert "w0 -> w1" not in out["msg"]
+    args["pairs"] = [good]
+    s.state = 0
+    rc, out = run_main(dict(args, fail_on_unproven=False), capsys)
+    assert rc == 0 and out["verdict"] == "passed" and out["pairs"][0]["report"]["request_a"]["started_at"] > 0
+
+
+def test_main_pairs_excludes_the_single_pair_options(capsys):
+    rc, out = run_main(dict(frontend_url="http://127.0.0.1:1", model="tiny", pairs=[_pair("a", "b", "p")]), capsys)
+    assert rc == 1 and "mutually exclusive" in out["msg"]
+    rc, out = run_main(dict(frontend_url="http://127.0.0.1:1"), capsys)
+    assert rc == 1 and "pairs, worker_a" in out["msg"]
