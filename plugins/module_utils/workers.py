@@ -333,6 +333,90 @@ def share_pairs(host_workers, named_pairs=None):
     return pairs
 
 
+def _check_target(side, address):
+    worker = side["worker"]
+    target = {"name": "%s/%s" % (side["host"], worker["name"]), "engine": worker.get("engine") or "vllm",
+              "system_url": "http://%s:%s" % (address(side["host"]), worker["system_port"])}
+    if worker.get("rpc_port") is not None:
+        target["rpc_port"] = worker["rpc_port"]
+    return target
+
+
+def pair_label(pair):
+    return "%s/%s -> %s/%s (%s)" % (pair["a"]["host"], pair["a"]["worker"]["name"], pair["b"]["host"],
+                                    pair["b"]["worker"]["name"], pair["pool"])
+
+
+def check_runs(pairs, address, python, default_host):
+    """verify.yml's kv_share_check runs, one per host, each ``{host, labels, pairs, args}`` (``pairs``
+    the share_pairs items, ``args`` kv_share_check's ``pairs`` option for them).
+
+    A Maru pair runs from A's host: its Dynamo venv (``python(host)``) has Maru's client, which
+    reads the pool. The other pairs (mocker, KVCR: they read HTTP only, which the firewall opens to
+    every cluster host) join the first of those runs, where they go side by side with the Maru
+    pairs, or run from ``default_host`` (the frontend's) when there is none. ``address(host)`` is
+    the host's address.
+    """
+    runs = []
+    by_host = {}
+    others = []
+    for pair in pairs or []:
+        if pair.get("maru_server"):
+            host = pair["a"]["host"]
+            if host not in by_host:
+                by_host[host] = {"host": host, "labels": [], "pairs": [], "args": []}
+                runs.append(by_host[host])
+            by_host[host]["pairs"].append(pair)
+        else:
+            others.append(pair)
+    if others:
+        if not runs:
+            runs.append({"host": default_host, "labels": [], "pairs": [], "args": []})
+        runs[0]["pairs"].extend(others)
+    for run in runs:
+        for pair in run["pairs"]:
+            wa = pair["a"]["worker"]
+            arg = {"pool": str(pair["pool"]), "model": wa.get("served_model_name") or wa["model"],
+                   "worker_a": _check_target(pair["a"], address), "worker_b": _check_target(pair["b"], address)}
+            if pair.get("maru_server"):
+                arg["store_probe"] = [python(pair["a"]["host"]), "-m", "kvshare_maru_connector", "usage",
+                                      "--follow", pair["maru_server"]]
+                arg["store_probe_follow"] = True
+                if pair.get("a_maru_instance_id"):
+                    arg["store_instance_id"] = pair["a_maru_instance_id"]
+            elif pair.get("store_metric"):
+                # A KVCR pair: B waits until A's engine counted its write to the KVCR tier.
+                arg["store_metric"] = pair["store_metric"]
+            run["args"].append(arg)
+            run["labels"].append(pair_label(pair))
+    return runs
+
+
+def check_outcomes(results):
+    """Each pair of the looped kv_share_check results (item = a check_runs run) as ``{item: the
+    pair, verdict, reasons, report}``, in the runs' order. A run that failed as a whole (unreachable
+    host, module crash) gives each of its pairs the verdict ``error`` with the run's message."""
+    out = []
+    for res in results or []:
+        run = res.get("item") or {}
+        found = res.get("pairs") or []
+        for pos, pair in enumerate(run.get("pairs") or []):
+            if pos < len(found) and isinstance(found[pos], dict) and found[pos].get("verdict"):
+                item = found[pos]
+                out.append({"item": pair, "verdict": item["verdict"], "reasons": list(item.get("reasons") or []),
+                            "report": item.get("report") or {}})
+            else:
+                out.append({"item": pair, "verdict": "error", "report": {},
+                            "reasons": ["%s: %s" % (pair_label(pair), res.get("msg") or "module failed")]})
+    return out
+
+
+def check_summary(outcomes):
+    """verify.yml's report lines: host_a, host_b, pool, verdict, reasons and report per pair."""
+    return [{"host_a": o["item"]["a"]["host"], "host_b": o["item"]["b"]["host"], "pool": o["item"]["pool"],
+             "verdict": o["verdict"], "reasons": o["reasons"], "report": o["report"]} for o in outcomes or []]
+
+
 def port_requests(workers, bind_address):
     """The ports one host's workers bind, as items for the port_clash_check module.
 

@@ -159,6 +159,30 @@ def unit_watch_line(report):
     return _unit_watch.describe(report)
 
 
+def verify_check_runs(pairs, hostvars, contract, default_host):
+    """kv_share_check runs for verify.yml's pairs, one per host (module_utils.workers.check_runs);
+    ``contract``: kvshare_service_defaults (the Dynamo venv's default root)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+
+    def python(host):
+        root = hostvars[host].get("dynamo_runtime_venv_root") or dict(contract)["dynamo_runtime_venv_root"]
+        return "%s/current/bin/python" % root
+    return _workers.check_runs(pairs, lambda host: _stack.host_address(hostvars, host), python, default_host)
+
+
+def verify_outcomes(results):
+    """Each pair's verdict from the looped kv_share_check results (module_utils.workers.check_outcomes)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+    return _workers.check_outcomes(results)
+
+
+def verify_summary(outcomes):
+    """verify.yml's report lines from verify_outcomes (module_utils.workers.check_summary)."""
+    from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
+    return _workers.check_summary(outcomes)
+
+
 def verify_diagnosis_units(host, hostvars, groups):
     """Pool units and workers verify.yml watches on a host when sharing is not proven."""
     from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
@@ -294,10 +318,13 @@ class FilterModule:
             "ready_summary": ready_summary,
             "systemd_command": systemd_command,
             "unit_watch_line": unit_watch_line,
+            "verify_check_runs": verify_check_runs,
             "verify_diagnosis": verify_diagnosis,
             "verify_diagnosis_units": verify_diagnosis_units,
+            "verify_outcomes": verify_outcomes,
             "verify_pool_paths": verify_pool_paths,
             "verify_pool_space": verify_pool_space,
+            "verify_summary": verify_summary,
             "worker_argv": worker_argv,
             "worker_errors": worker_errors,
             "worker_gpu_order": worker_gpu_order,

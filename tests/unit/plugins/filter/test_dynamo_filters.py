@@ -286,3 +286,48 @@ def test_pool_problems_in_the_order_the_rollout_reports_them():
         "no answer from tcp://127.0.0.1:5555",
         "tcp://127.0.0.2:5555: probe exited 2",
     ]
+
+
+def test_verify_check_runs_one_per_maru_a_host_with_the_other_pairs_in_the_first():
+    """verify.yml's kv_share_check runs: a Maru pair from A's host (Maru's client reads the pool
+    there), the mocker pair side by side with them in the first run, the arguments complete."""
+    def vllm(name, port, **fields):
+        return dict({"name": name, "engine": "vllm", "model": "/m", "gpus": ["0"], "system_port": port}, **fields)
+
+    def mocker(name, port):
+        return {"name": name, "engine": "mocker", "model": "/m", "served_model_name": "tm", "system_port": port,
+                "endpoint": "dyn://d.mocker.generate", "rpc_port": port + 100}
+    hostvars = {"p1": {"kvshare_bind_address": "127.0.10.2", "maru_pool_bind_address": "127.0.10.2", "dynamo_runtime_venv_root": "/opt/v",
+                       "dynamo_workers": [vllm("a", 1, kv_pool="maru"), vllm("b", 2, kv_pool="maru")]},
+                "w1": {"kvshare_bind_address": "127.0.10.3",
+                       "dynamo_workers": [vllm("c", 1, kv_pool={"type": "maru", "host": "p1"}),
+                                          mocker("m1", 5), mocker("m2", 6)]},
+                "fe": {"kvshare_bind_address": "127.0.10.1"}}
+    groups = {"maru_pool": ["p1"], "dynamo_workers": ["p1", "w1"], "dynamo_frontend": ["fe"]}
+    pairs = public.kv_share_pairs(["p1", "w1"], hostvars, None, groups, service_defaults())
+    (run,) = f.verify_check_runs(pairs, hostvars, service_defaults(), "fe")
+    assert run["host"] == "p1" and len(run["pairs"]) == len(run["args"]) == 3
+    assert run["labels"] == ["p1/a -> p1/b (maru:tcp://127.0.10.2:5555)", "p1/a -> w1/c (maru:tcp://127.0.10.2:5555)",
+                             "w1/m1 -> w1/m2 (mocker:dyn://d.mocker.generate:tm)"]
+    same, cross, mock = run["args"]
+    assert same["store_probe"] == ["/opt/v/current/bin/python", "-m", "kvshare_maru_connector", "usage", "--follow",
+                                   "tcp://127.0.10.2:5555"]
+    assert same["store_probe_follow"] is True and same["store_instance_id"] == "p1-a"
+    assert cross["worker_b"] == {"name": "w1/c", "engine": "vllm", "system_url": "http://127.0.10.3:1"}
+    assert mock == {"pool": "mocker:dyn://d.mocker.generate:tm", "model": "tm",
+                    "worker_a": {"name": "w1/m1", "engine": "mocker", "system_url": "http://127.0.10.3:5", "rpc_port": 105},
+                    "worker_b": {"name": "w1/m2", "engine": "mocker", "system_url": "http://127.0.10.3:6", "rpc_port": 106}}
+    # No Maru pair: the pairs run from the default host (the frontend's).
+    (only,) = f.verify_check_runs(pairs[2:], hostvars, service_defaults(), "fe")
+    assert only["host"] == "fe" and only["args"] == [mock]
+    # The module's answers per pair, in order; a run that failed whole makes each of its pairs an error.
+    results = [{"item": run, "pairs": [{"verdict": "passed", "reasons": [], "report": {"x": 1}},
+                                       {"verdict": "failed", "reasons": ["b took 0"], "report": {}},
+                                       {"verdict": "not_applicable", "reasons": ["mocker"], "report": {}}]},
+               {"item": only, "failed": True, "unreachable": True, "msg": "ssh: connect refused"}]
+    outcomes = f.verify_outcomes(results)
+    assert [(o["item"]["a"]["worker"]["name"], o["verdict"]) for o in outcomes] == [
+        ("a", "passed"), ("a", "failed"), ("m1", "not_applicable"), ("m1", "error")]
+    assert outcomes[3]["reasons"] == ["w1/m1 -> w1/m2 (mocker:dyn://d.mocker.generate:tm): ssh: connect refused"]
+    assert f.verify_summary(outcomes)[1] == {"host_a": "p1", "host_b": "w1", "pool": "maru:tcp://127.0.10.2:5555",
+                                             "verdict": "failed", "reasons": ["b took 0"], "report": {}}
