@@ -14,12 +14,15 @@ then roll out untimed) and leave the inventory's stack serving; the scaling part
 their own.
 
   P1  warm site.yml (services stopped, packages installed) / floor (systemctl start in the same
-      legal order, readiness polled every 0.1 s)                              target <= 1.5 (then 1.2)
+      legal order, readiness polled every 0.1 s)            target <= 1.2 (median), each run <= 1.3
   P2  idempotent re-run / warm rollout: 0 changed, no service restarted       target <= 0.30
       with the re-run's time per role (json callback task durations)
   P4  verify.yml wall time minus the requests' own time                       target <= 3 s
   P5  worker kill -9 -> serving again, against RestartSec + that worker's start time + 2 s, where
       the start time is this restart's own (its unit's ExecMainStart to its first answer)
+                                                                              target <= 1.1
+      P5' is the same without the stop (kill -> ExecMainStart, less RestartSec): the sandbox's
+      containers run cgroup v1, where systemd waits out TimeoutStopSec after a kill -9
   hosts    re-run time on a mocker-only copy (127.0.14.N, containers kvshare-b-*) of 3, 6 and 9
            hosts, forks >= hosts, 0 changed                                    target T(9)/T(3) <= 1.5
   workers  N = 1, 4, 8 mockers (a real start time: --startup-time) on one host of the copy, each on
@@ -112,6 +115,46 @@ def role_profile(doc):
         role = name.split(" : ", 1)[0].replace("kvshare.dynamo.", "") if " : " in name else "play: " + play["play"]["name"]
         out[role] = out.get(role, 0.0) + _ts(dur["end"]) - _ts(dur["start"])
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+# Actions the controller runs alone (no module run on a host).
+CONTROLLER_ACTIONS = {"assert", "set_fact", "debug", "fail", "include_tasks", "include_role", "import_tasks",
+                      "validate_argument_spec", "meta", "include_vars", "report_json", "set_stats"}
+KINDS = (("watch", "the unit watch: engines start, wave after wave, until /health is ready (what the floor does)"),
+         ("proof", "the proof through the frontend: the first completion of every started worker"),
+         ("converged", "converged: compare with the last run and record"),
+         ("host", "other module runs on the hosts"),
+         ("controller", "tasks the controller runs alone (asserts, set_fact, includes, argument specs)"),
+         ("skipped", "tasks skipped on every host"),
+         ("outside", "outside tasks: start-up, play boundaries, the gaps between tasks"))
+
+
+def task_kinds(doc, wall):
+    """A run's seconds by kind of task (KINDS), from the json callback's task durations."""
+    out = dict((kind, 0.0) for kind, dummy in KINDS)
+    counts = dict((kind, 0) for kind, dummy in KINDS)
+    for dummy, task in tasks_of(doc):
+        dur = task["task"].get("duration", {})
+        if not (dur.get("start") and dur.get("end")):
+            continue
+        results = list(task["hosts"].values())
+        actions = set((r.get("action") or "").rsplit(".", 1)[-1] for r in results)
+        if results and all(r.get("skipped") for r in results):
+            kind = "skipped"
+        elif "dynamo_worker_unit_watch" in actions:
+            kind = "watch"
+        elif "dynamo_workers_ready" in actions:
+            kind = "proof"
+        elif "converged" in actions:
+            kind = "converged"
+        elif actions and actions <= CONTROLLER_ACTIONS:
+            kind = "controller"
+        else:
+            kind = "host"
+        out[kind] += _ts(dur["end"]) - _ts(dur["start"])
+        counts[kind] += 1
+    out["outside"] = max(wall - sum(out.values()), 0.0)
+    return out, counts
 
 
 def readiness_seconds(doc, host):
@@ -274,7 +317,7 @@ def floor_start():
 
 def rollout(runs):
     """P1 and P2: per run the floor, a warm site.yml, then a re-run that must change and restart nothing."""
-    floor, warm, rerun, floor_ready, profiles = [], [], [], [], []
+    floor, warm, rerun, floor_ready, profiles, kinds = [], [], [], [], [], []
     for number in range(runs):
         ensure_pool_room(2)
         stop_stack()
@@ -282,7 +325,9 @@ def rollout(runs):
         floor.append(took)
         floor_ready.append(ready)
         stop_stack()
-        warm.append(run(SB, "site.yml")[0])
+        took, doc = run(SB, "site.yml", json_out=True)
+        warm.append(took)
+        kinds.append(task_kinds(doc, took))
         before = main_pids()
         took, doc = run(SB, "site.yml", json_out=True)
         assert not changed_hosts(doc), "re-run %d changed %s" % (number + 1, changed_hosts(doc))
@@ -296,7 +341,9 @@ def rollout(runs):
     profile = dict(sorted(((r, median([p.get(r, 0.0) for p in profiles])) for r in roles), key=lambda kv: -kv[1]))
     return {"floor_s": median(floor), "warm_rollout_s": median(warm), "rerun_s": median(rerun),
             "floor_runs_s": floor, "warm_runs_s": warm, "rerun_runs_s": rerun, "rerun_profile_s": profile,
-            "floor_ready": floor_ready}
+            "floor_ready": floor_ready,
+            "warm_kinds_s": dict((k, median([run_kinds[0][k] for run_kinds in kinds])) for k, dummy in KINDS),
+            "warm_kind_tasks": kinds[0][1] if kinds else {}}
 
 
 def verify_overhead():
@@ -305,14 +352,30 @@ def verify_overhead():
         wall, dummy = run(SB, "verify.yml", "-e", "kvshare_verify_report=%s" % report, "-e", "kvshare_verify_settle_s=0")
         with open(report) as handle:
             pairs = json.load(handle)["pairs"]
-    request_s = 0.0
+    return wall, request_seconds(pairs)
+
+
+def request_seconds(pairs):
+    """The seconds verify.yml's requests (warm-ups, A's, B's) took, overlaps counted once: the two
+    warm-ups of a pair go out together, and pairs that share nothing run side by side. Each request's
+    interval is [started_at, started_at + its time] (epoch seconds, the kv_share_check report)."""
+    spans = []
     for pair in pairs:
         rep = pair["report"]
-        for key in ("request_a", "request_b"):
-            request_s += (rep.get(key) or {}).get("total_s") or 0.0
-        # The two warm-ups go out together: their requests take the longer one's time.
-        request_s += max([(warm or {}).get("elapsed_s") or 0.0 for warm in (rep.get("warmup") or {}).values()] or [0.0])
-    return wall, request_s
+        reqs = [(rep.get(key) or {}, "total_s") for key in ("request_a", "request_b")]
+        reqs += [(warm or {}, "elapsed_s") for warm in (rep.get("warmup") or {}).values()]
+        for req, took in reqs:
+            if req.get("started_at") is not None and req.get(took):
+                spans.append((req["started_at"], req["started_at"] + req[took]))
+    total, end = 0.0, None
+    for lo, hi in sorted(spans):
+        if end is None or lo > end:
+            total += hi - lo
+            end = hi
+        elif hi > end:
+            total += hi - end
+            end = hi
+    return total
 
 
 # The unit's own timestamps split P5 into its phases. CLOCK_MONOTONIC is one clock for this machine
@@ -448,7 +511,7 @@ def table(res):
         ro = res["rollout"]
         # The ratio of the medians, and each run's own ratio: the engines' start time drifts with
         # the machine's load over a session, and a run's two sides are measured back to back.
-        rows += [("P1", "warm rollout / floor", ratio(ro["warm_rollout_s"], ro["floor_s"]), "<= 1.5",
+        rows += [("P1", "warm rollout / floor", ratio(ro["warm_rollout_s"], ro["floor_s"]), "<= 1.2",
                   "%s / %s; per run %s" % (sec(ro["warm_rollout_s"]), sec(ro["floor_s"]),
                                            each_ratio(ro["warm_runs_s"], ro["floor_runs_s"]))),
                  ("P2", "re-run / warm rollout", ratio(ro["rerun_s"], ro["warm_rollout_s"]), "<= 0.30",
@@ -463,9 +526,15 @@ def table(res):
         bound = r["restart_sec"] + r["worker_start_s"] + 2 if r["worker_start_s"] is not None else None
         # What the bound leaves out: kill -> the new process's start, minus RestartSec.
         stops = [p["points_s"]["ExecMainStart"] - r["restart_sec"] for p in r["runs"] if "ExecMainStart" in p["points_s"]]
-        rows.append(("P5", "recovery / (RestartSec + start + 2 s)", ratio(r["recovery_s"], bound), "<= 1",
+        rows.append(("P5", "recovery / (RestartSec + start + 2 s)", ratio(r["recovery_s"], bound), "<= 1.1",
                      "%s / (%s + %s + 2 s); stop before RestartSec %s" % (
                          sec(r["recovery_s"]), sec(r["restart_sec"]), sec(r["worker_start_s"]), sec(median(stops)))))
+        # The same without the stop (kill -> ExecMainStart, less RestartSec): in the sandbox that is
+        # TimeoutStopSec waited out (cgroup v1 in a container: systemd never hears the cgroup empty)
+        # plus ExecStartPre; on a cgroup v2 host the stop ends with the process.
+        if stops and bound:
+            rows.append(("P5'", "the same without the stop", ratio(r["recovery_s"] - median(stops), bound), "<= 1.1",
+                         "(%s - %s) / %s" % (sec(r["recovery_s"]), sec(median(stops)), sec(bound))))
     if "hosts" in res:
         h = res["hosts"]
         small, big = min(h, key=int), max(h, key=int)
@@ -504,6 +573,15 @@ def print_report(res):
         for count in sorted(w["separate"]):
             print("%3d %13.1fs %13.1fs" % (count, w["separate"][count]["ready_s"], w["one_gpu"][count]["ready_s"]))
     if "rollout" in res:
+        ro = res["rollout"]
+        print("\nwhere the warm rollout's time goes (median of %d; json callback task durations): %.1f s in all,"
+              " the floor %.1f s" % (res["runs"], ro["warm_rollout_s"], ro["floor_s"]))
+        for kind, text in KINDS:
+            tasks = ro["warm_kind_tasks"].get(kind)
+            print("  %-100s %6.1f s%s" % (text, ro["warm_kinds_s"][kind], "" if kind == "outside" else "  (%d tasks)" % tasks))
+        rest = ro["warm_rollout_s"] - ro["warm_kinds_s"]["watch"]
+        print("  beside the unit watch: %.1f s; the floor's target 1.2 leaves %.1f s beside a watch as long as the floor"
+              % (rest, 0.2 * ro["floor_s"]))
         print("\nre-run time per role (median of %d; json callback task durations)" % res["runs"])
         for role, seconds in list(res["rollout"]["rerun_profile_s"].items())[:15]:
             print("  %-50s %6.1f s" % (role, seconds))
