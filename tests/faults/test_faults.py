@@ -618,6 +618,16 @@ def test_fault_14_worker_frozen(stack, record):
     old_ids = {w["name"]: set(F.instance_of(hostname, w)) for w in frozen}
     assert all(old_ids.values()), "not registered before the fault: %s" % old_ids
     invocations = {u: prop(u, "InvocationID") for u in units}
+
+    # The probe counts failures of an invocation only once it has seen that invocation answer (or
+    # after the start grace, the readiness timeout): right after a rollout (the case before this one
+    # ends with a fresh site.yml) its first round may still be due. Freeze only once it has.
+    def seen_live():
+        state = json.loads(F.sh(hostname, "cat /run/dynamo-worker-health/state.json 2>/dev/null || echo '{}'"))
+        return all((state.get(u + ".service") or {}).get("invocation") == invocations[u]
+                   and (state.get(u + ".service") or {}).get("live") for u in units)
+    F.wait_for(seen_live, timeout=interval * 3 + 10, interval=F.POLL,
+               what="the liveness probe to have seen %s answer" % " and ".join(units))
     pids = {u: int(prop(u, "MainPID")) for u in units}
     since = time.time() - 1
     # The main process and its children: the system port still accepts connections, nothing answers.
