@@ -505,6 +505,9 @@ def test_pairs_sharing_a_worker_or_a_pool_share_a_lane():
     # 0-1 share A and the pool; 2, 3 and 4 are joined by 4 (it shares y with 3 and m with 2).
     assert ksc.pair_lanes(pairs) == [[0, 1], [2, 3, 4]]
     assert ksc.pair_lanes(pairs[:4]) == [[0, 1], [2], [3]]
+    # Only the pool in common (named pairs may do that): one after the other, the pool's bytes
+    # would otherwise grow with the other pair's stores.
+    assert ksc.pair_lanes([_pair("sb2/a", "sb2/b", "maru1"), _pair("sb3/c", "sb3/d", "maru1")]) == [[0, 1]]
     assert ksc.pair_lanes([]) == []
 
 
