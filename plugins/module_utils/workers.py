@@ -25,10 +25,11 @@ def gpu_key(worker):
     return tuple(str(g) for g in gpus)
 
 
-def gpu_groups(workers):
-    """Workers grouped by shared GPUs (directly or through a chain of shared GPUs), in inventory
-    order. Workers without GPUs each form their own group. Returns lists of worker mappings."""
-    parent = list(range(len(workers)))
+def linked_groups(items, keys_of):
+    """Positions of ``items`` grouped by shared keys (``keys_of(item)``: hashables), directly or
+    through a chain of shared keys, each group in order and the groups by their first member. An
+    item without keys forms its own group."""
+    parent = list(range(len(items)))
 
     def find(i):
         while parent[i] != i:
@@ -37,16 +38,22 @@ def gpu_groups(workers):
         return i
 
     owner = {}
-    for idx, worker in enumerate(workers):
-        for gpu in gpu_key(worker):
-            if gpu in owner:
-                parent[find(idx)] = find(owner[gpu])
+    for idx, item in enumerate(items):
+        for key in keys_of(item):
+            if key in owner:
+                parent[find(idx)] = find(owner[key])
             else:
-                owner[gpu] = idx
+                owner[key] = idx
     groups = {}
-    for idx in range(len(workers)):
-        groups.setdefault(find(idx), []).append(workers[idx])
-    return sorted(groups.values(), key=lambda group: workers.index(group[0]))
+    for idx in range(len(items)):
+        groups.setdefault(find(idx), []).append(idx)
+    return sorted(groups.values(), key=lambda group: group[0])
+
+
+def gpu_groups(workers):
+    """Workers grouped by shared GPUs (directly or through a chain of shared GPUs), in inventory
+    order. Workers without GPUs each form their own group. Returns lists of worker mappings."""
+    return [[workers[idx] for idx in group] for group in linked_groups(workers, gpu_key)]
 
 
 def start_waves(workers):

@@ -363,7 +363,6 @@ report:
 """
 
 import binascii
-import collections
 import json
 import os
 import random
@@ -374,6 +373,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.kvshare.dynamo.plugins.module_utils import dynamo_http
 from ansible_collections.kvshare.dynamo.plugins.module_utils import maru
 from ansible_collections.kvshare.dynamo.plugins.module_utils import prometheus_text as pt
+from ansible_collections.kvshare.dynamo.plugins.module_utils import workers as _workers
 
 # Common words; each is >= 1 token in BPE/SentencePiece vocabularies. The list is also the
 # vocabulary of the CI tiny model, so there each word is about one token.
@@ -931,25 +931,8 @@ def run_check(frontend_url, model, worker_a, worker_b, min_prompt_tokens=1500,
 def pair_lanes(pairs):
     """Lanes of pair positions: pairs that share a worker (by name) or a pool are in one lane, in
     their order; lanes share nothing, so they can run side by side."""
-    parent = list(range(len(pairs)))
-
-    def root(i):
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-    owner = {}
-    for pos, pair in enumerate(pairs):
-        keys = [("pool", pair.get("pool"))] + [("worker", pair[w]["name"]) for w in ("worker_a", "worker_b")]
-        for key in keys:
-            if key in owner:
-                parent[root(pos)] = root(owner[key])
-            else:
-                owner[key] = pos
-    lanes = collections.OrderedDict()
-    for pos in range(len(pairs)):
-        lanes.setdefault(root(pos), []).append(pos)
-    return list(lanes.values())
+    return _workers.linked_groups(pairs, lambda pair: [("pool", pair.get("pool"))] + [
+        ("worker", pair[w]["name"]) for w in ("worker_a", "worker_b")])
 
 
 VERDICT_ORDER = ("error", "failed", "not_applicable", "passed")
