@@ -177,7 +177,7 @@ def watch_results(doc, host):
 
 def started_workers(doc, host):
     """The workers the run's unit watches started or restarted on `host`."""
-    return sorted(set(name for res in watch_results(doc, host) for name in res.get("started") or []))
+    return sorted(set(name for res in watch_results(doc, host) for name in res.get("started_units") or []))
 
 
 def start_order(doc, host):
