@@ -973,6 +973,13 @@ def main():
         rpc_port=dict(type="int"),
     )
     metric_opts = dict(name=dict(type="str", required=True), labels=dict(type="dict", default={}))
+    # How B waits for A's KV to land: per pair, in O(pairs) items or beside a single pair.
+    store_opts = dict(
+        store_probe=dict(type="list", elements="str"),
+        store_probe_follow=dict(type="bool", default=False),
+        store_instance_id=dict(type="str"),
+        store_metric=dict(type="dict", options=metric_opts),
+    )
     module = AnsibleModule(
         argument_spec=dict(
             frontend_url=dict(type="str", required=True),
@@ -984,10 +991,7 @@ def main():
                 model=dict(type="str", required=True),
                 worker_a=dict(type="dict", required=True, options=worker_opts),
                 worker_b=dict(type="dict", required=True, options=worker_opts),
-                store_probe=dict(type="list", elements="str"),
-                store_probe_follow=dict(type="bool", default=False),
-                store_instance_id=dict(type="str"),
-                store_metric=dict(type="dict", options=metric_opts),
+                **store_opts
             )),
             min_prompt_tokens=dict(type="int", default=1500, no_log=False),
             prompt_words=dict(type="int"),
@@ -998,13 +1002,11 @@ def main():
             settle_s=dict(type="float", default=1.0),
             metrics_wait_s=dict(type="float", default=10.0),
             warmup=dict(type="bool", default=True),
-            store_probe=dict(type="list", elements="str"),
-            store_probe_follow=dict(type="bool", default=False),
-            store_instance_id=dict(type="str"),
-            store_metric=dict(type="dict", options=metric_opts),
             store_timeout=dict(type="float", default=30.0),
             fail_on_unproven=dict(type="bool", default=True),
+            **store_opts
         ),
+        # store_probe_follow has a default, so it is left out.
         mutually_exclusive=[("pairs", x) for x in ("model", "worker_a", "worker_b", "store_probe",
                                                    "store_instance_id", "store_metric")],
         required_one_of=[("pairs", "worker_a")],
@@ -1026,8 +1028,7 @@ def main():
         module.fail_json(msg="nonce must not be blank")
 
     single = not p["pairs"]
-    pairs = p["pairs"] or [dict((k, p[k]) for k in ("model", "worker_a", "worker_b", "store_probe",
-                                                    "store_probe_follow", "store_instance_id", "store_metric"))]
+    pairs = p["pairs"] or [dict((k, p[k]) for k in ["model", "worker_a", "worker_b"] + list(store_opts))]
     followers = {}
     follow_lock = threading.Lock()
 
