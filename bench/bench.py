@@ -104,16 +104,24 @@ def tasks_of(doc):
             yield play, task
 
 
+def task_seconds(task):
+    """A task's duration from the json callback (None when it has none)."""
+    dur = task["task"].get("duration", {})
+    if not (dur.get("start") and dur.get("end")):
+        return None
+    return _ts(dur["end"]) - _ts(dur["start"])
+
+
 def role_profile(doc):
     """Seconds per role (tasks outside roles under their play's name) from the tasks' durations."""
     out = {}
     for play, task in tasks_of(doc):
-        dur = task["task"].get("duration", {})
-        if not (dur.get("start") and dur.get("end")):
+        took = task_seconds(task)
+        if took is None:
             continue
         name = task["task"]["name"]
         role = name.split(" : ", 1)[0].replace("kvshare.dynamo.", "") if " : " in name else "play: " + play["play"]["name"]
-        out[role] = out.get(role, 0.0) + _ts(dur["end"]) - _ts(dur["start"])
+        out[role] = out.get(role, 0.0) + took
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
@@ -134,8 +142,8 @@ def task_kinds(doc, wall):
     out = dict((kind, 0.0) for kind, dummy in KINDS)
     counts = dict((kind, 0) for kind, dummy in KINDS)
     for dummy, task in tasks_of(doc):
-        dur = task["task"].get("duration", {})
-        if not (dur.get("start") and dur.get("end")):
+        took = task_seconds(task)
+        if took is None:
             continue
         results = list(task["hosts"].values())
         actions = set((r.get("action") or "").rsplit(".", 1)[-1] for r in results)
@@ -151,7 +159,7 @@ def task_kinds(doc, wall):
             kind = "controller"
         else:
             kind = "host"
-        out[kind] += _ts(dur["end"]) - _ts(dur["start"])
+        out[kind] += took
         counts[kind] += 1
     out["outside"] = max(wall - sum(out.values()), 0.0)
     return out, counts
