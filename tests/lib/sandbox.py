@@ -200,8 +200,12 @@ class Sandbox:
         """A testinfra host over SSH (made once per host; forget_host() drops it, e.g. after a reboot)."""
         if host not in self._hosts:
             import testinfra
+            # timeout: ssh's ConnectTimeout, which also bounds the wait for sshd's banner. The hosts'
+            # sshd shares two cores with every CI lane, and testinfra's 10 s ran out once (CI 22, a
+            # steady molecule check). A host that is down still fails at once (connection refused).
             self._hosts[host] = testinfra.get_host("ssh://root@%s:%d" % (self.address(host), SSH_PORT),
-                                                   ssh_identity_file=ssh_key(), ssh_extra_args=SSH_OPTIONS)
+                                                   ssh_identity_file=ssh_key(), ssh_extra_args=SSH_OPTIONS,
+                                                   timeout=30)
         return self._hosts[host]
 
     def forget_host(self, host):
