@@ -133,8 +133,16 @@ options:
     type: list
     elements: str
     default: ["tower_http::trace::on_failure"]
+  progress_s:
+    description:
+      - With C(async) and C(poll) 0, the action plugin waits for the watch itself and prints a line
+        with each unit's state every this many seconds; the task ends within 0.2 s of the watch
+        (Ansible's own poll notices the end only at its next poll). Read by the action plugin only.
+    type: float
+    default: 10
 notes:
   - Read-only unless O(units[].start) or O(enable) ask for a change.
+  - Without C(async), or with C(poll) above 0, the module runs the usual way.
 attributes:
   check_mode:
     description:
@@ -325,6 +333,7 @@ def main():
             fail_on_crash=dict(type="bool", default=True),
             journal_lines=dict(type="int", default=40),
             journal_exclude=dict(type="list", elements="str", default=["tower_http::trace::on_failure"]),
+            progress_s=dict(type="float", default=10),
         ),
         supports_check_mode=True,
     )
