@@ -26,8 +26,9 @@ their own.
   hosts    re-run time on a mocker-only copy (127.0.14.N, containers kvshare-b-*) of 3, 6 and 9
            hosts, forks >= hosts, 0 changed                                    target T(9)/T(3) <= 1.5
   workers  N = 1, 4, 8 mockers (a real start time: --startup-time) on one host of the copy, each on
-           a GPU of its own and all on one GPU; the time is the readiness modules' own (unit watch
-           + proof, every wave)             target separate <= 1.3 x N=1; one GPU ~ N x N=1 (serial)
+           a GPU of its own and all on one GPU; the time is the readiness tasks' durations (unit
+           watch + proof, every wave; json callback)
+                                            target separate <= 1.3 x N=1; one GPU ~ N x N=1 (serial)
            Each run also checks the watch's own account of the order: one wave per worker on one
            GPU, each started once the one before had a ready /health. A mocker's /health is ready
            as its process starts (DYN_SYSTEM_STARTING_HEALTH_STATUS=ready; its simulated engine
@@ -166,12 +167,14 @@ def task_kinds(doc, wall):
 
 
 def readiness_seconds(doc, host):
-    """The readiness modules' own elapsed_s for `host`'s workers, summed over the waves."""
+    """The readiness tasks' durations (json callback) for `host`'s workers, summed over the waves:
+    what the rollout waits, the start of the background watch and the notice of its end included
+    (the modules' own elapsed_s left out Ansible's poll of the watch: up to 5 s until 2026-12-05)."""
     total = 0.0
     for dummy, task in tasks_of(doc):
         res = task["hosts"].get(host) or {}
         if (res.get("action") or "").rsplit(".", 1)[-1] in READINESS_MODULES and not res.get("skipped"):
-            total += float(res.get("elapsed_s") or 0.0)
+            total += task_seconds(task) or 0.0
     return total
 
 
@@ -576,7 +579,7 @@ def print_report(res):
             print("%6s %9.1fs %14ss %11ss %6s  %s" % cells)
     if "workers" in res:
         w = res["workers"]
-        print("\nworker start, readiness modules' own seconds (host %s, --startup-time %s s)" % (w["host"], res["startup_s"]))
+        print("\nworker start, readiness tasks' seconds (host %s, --startup-time %s s)" % (w["host"], res["startup_s"]))
         print("%3s %14s %14s" % ("N", "separate GPUs", "one GPU"))
         for count in sorted(w["separate"]):
             print("%3d %13.1fs %13.1fs" % (count, w["separate"][count]["ready_s"], w["one_gpu"][count]["ready_s"]))
