@@ -46,6 +46,8 @@ from __future__ import annotations
 import ipaddress
 import re
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 from ansible_collections.kvshare.dynamo.plugins.module_utils.ports import parse_port, parse_port_range, runs_state_agent
 
@@ -117,12 +119,6 @@ def parse_sources(values, variable, host):
     return nets, errors
 
 
-def _truthy(value):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)):
-        return value != 0
-    return str(value).strip().lower() in ("1", "true", "yes", "on", "y")
 
 
 def _port_text(lo, hi):
@@ -419,7 +415,7 @@ def _plan_workers(b, opts, where):
 def _plan_dynamo(b, opts, where):
     host, dynamo_hosts = b.host, where["dynamo_hosts"]
     # The local etcd client proxy of every Dynamo host serves this host's Dynamo processes only.
-    if host in dynamo_hosts and _truthy(b.own_var("etcd_client_proxy_enabled")):
+    if host in dynamo_hosts and boolean(b.own_var("etcd_client_proxy_enabled"), strict=False):
         b.local("etcd_client_proxy_port")
     if host in where["frontends"]:
         b.add("tcp", b.own_var("dynamo_frontend_http_port"), "dynamo_frontend_http_port",
@@ -491,7 +487,7 @@ def _plan_perftest(b):
     inv, host, clients = b.inv, b.host, []
     for client in inv.group(RDMA_GROUP):
         try:
-            if not _truthy(inv.var(client, "rdma_ucx_bw_test")) or str(inv.var(client, "rdma_ucx_bw_server")) != host:
+            if not boolean(inv.var(client, "rdma_ucx_bw_test"), strict=False) or str(inv.var(client, "rdma_ucx_bw_server")) != host:
                 continue
         except FirewallError as exc:
             b.err(str(exc))

@@ -25,6 +25,8 @@ __metaclass__ = type
 import json
 import re
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 from ansible_collections.kvshare.dynamo.plugins.module_utils import stack as _stack
 
 VARIANTS = ("process_local", "memory_service")
@@ -129,10 +131,6 @@ HOST_KEYS = ("kvcr_variant", "kvcr_cache_slot_count", "kvcr_cache_owner_prefix",
              "kvcr_secondary_g2_slots", "kvcr_enable_telemetry", "kvcr_service_socket_path")
 
 
-def _truthy(value):
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on", "y")
-    return bool(value)
 
 
 def host_advertise_host(host_vars):
@@ -170,12 +168,12 @@ def host_worker_settings(host_vars, contract):
         "socket_path": get("kvcr_service_socket_path"),
         "compatibility_digest": get("kvcr_compatibility_digest"),
         "secondary_g2_slots": int(get("kvcr_secondary_g2_slots")),
-        "enable_telemetry": _truthy(get("kvcr_enable_telemetry")),
+        "enable_telemetry": boolean(get("kvcr_enable_telemetry"), strict=False),
     }
     slot, count = host_vars.get("kvcr_cache_slot"), get("kvcr_cache_slot_count")
     return {
         "kv_transfer_config": kv_transfer_config(get("kvcr_variant"), slot, count, advertise, options),
-        "env": worker_env(slot, count, get("kvcr_hash_seed"), _truthy(get("kvcr_ucx_proto_info"))),
+        "env": worker_env(slot, count, get("kvcr_hash_seed"), boolean(get("kvcr_ucx_proto_info"), strict=False)),
         "extra_args": kv_events_args(get("kvcr_kv_events_port")),
     }
 

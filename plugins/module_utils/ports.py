@@ -32,6 +32,8 @@ import re
 import socket
 import struct
 
+from ansible.module_utils.parsing.convert_bool import boolean
+
 __all__ = [
     "parse_port",
     "parse_port_range",
@@ -273,13 +275,8 @@ SERVICE_PORTS = (
 SERVICE_ROLES = tuple(sorted(set(item["role"] for item in SERVICE_PORTS)))
 
 _MISSING = object()
-_TRUE = ("1", "true", "yes", "on", "y", "t")
 
 
-def _truthy(value):
-    if isinstance(value, bool):
-        return value
-    return str(value).strip().lower() in _TRUE
 
 
 def runs_state_agent(host_vars, service_defaults):
@@ -297,7 +294,7 @@ def runs_state_agent(host_vars, service_defaults):
             return default
     enabled = own("kvcr_state_agent_enabled", _MISSING)
     if enabled is not _MISSING:
-        return _truthy(enabled)
+        return boolean(enabled, strict=False)
     return str(own("kvcr_cache_slot", None)) == str(service_defaults["kvcr_state_agent_slot"])
 
 
@@ -330,7 +327,7 @@ def host_service_ports(host, groups, host_vars, role_defaults):
             group = item.get("group") or value(item["role"], item["group_variable"])[0]
             if host not in (groups.get(str(group)) or []):
                 continue
-            if item.get("enabled") and not _truthy(value(item["role"], item["enabled"])[0]):
+            if item.get("enabled") and not boolean(value(item["role"], item["enabled"])[0], strict=False):
                 continue
             raw, origin = value(item["role"], item["variable"])
         except LookupError as exc:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 
+# What Ansible's bool type accepts.
+from ansible.module_utils.parsing.convert_bool import BOOLEANS
 from ansible_collections.kvshare.dynamo.plugins.module_utils import maru as _maru
 
 ENGINES = ("vllm", "mocker")
@@ -131,8 +133,6 @@ WORKER_KEYS = {
     "system_port": "int", "rpc_port": "int", "gpus": "list", "gpu_memory_utilization": "float",
     "prefix_caching": "bool", "kv_transfer_config": "raw", "kv_pool": "raw", "extra_args": "list", "env": "dict",
 }
-# What Ansible's bool type accepts (module_utils.parsing.convert_bool).
-_BOOL_TEXT = ("y", "yes", "on", "1", "true", "t", "n", "no", "off", "0", "false", "f")
 
 
 def _type_error(key, value):
@@ -140,7 +140,7 @@ def _type_error(key, value):
     kind = WORKER_KEYS[key]
     if kind == "str" and isinstance(value, (dict, list)):
         return "must be a string"
-    if kind == "bool" and not isinstance(value, bool) and str(value).strip().lower() not in _BOOL_TEXT:
+    if kind == "bool" and not isinstance(value, bool) and str(value).strip().lower() not in BOOLEANS:
         return "must be true or false"
     if kind == "list" and isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
         return "must be a list of strings"
