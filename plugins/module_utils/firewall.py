@@ -119,8 +119,6 @@ def parse_sources(values, variable, host):
     return nets, errors
 
 
-
-
 def _port_text(lo, hi):
     return str(lo) if lo == hi else "%d-%d" % (lo, hi)
 

@@ -131,8 +131,6 @@ HOST_KEYS = ("kvcr_variant", "kvcr_cache_slot_count", "kvcr_cache_owner_prefix",
              "kvcr_secondary_g2_slots", "kvcr_enable_telemetry", "kvcr_service_socket_path")
 
 
-
-
 def host_advertise_host(host_vars):
     """kvcr_advertise_host as the role resolves it: explicit, else kvshare_bind_address, else the default IPv4."""
     if host_vars.get("kvcr_advertise_host"):

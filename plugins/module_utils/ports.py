@@ -277,8 +277,6 @@ SERVICE_ROLES = tuple(sorted(set(item["role"] for item in SERVICE_PORTS)))
 _MISSING = object()
 
 
-
-
 def runs_state_agent(host_vars, service_defaults):
     """Whether a KVCR host runs the KV state agent, as the kvcr role's default decides it: the
     host's kvcr_state_agent_enabled where it sets one, else whether its kvcr_cache_slot is the
