@@ -107,3 +107,67 @@ def test_prometheus_file_sd_targets_scrape(stack, record):
         assert status == 200 and "etcd_server_has_leader 1" in text, group
         scraped += 1
     record.update({"targets_scraped": scraped})
+
+
+WATCH_PLAY = """\
+- name: The unit watch in the background, waited for by its action plugin
+  hosts: {host}
+  become: true
+  gather_facts: false
+  tasks:
+    - name: Sample a running worker's unit for {observe} s, a progress line every second
+      kvshare.dynamo.dynamo_worker_unit_watch:
+        units: [{{name: {name}, unit: "{unit}", health_url: "{health}"}}]
+        observe: {observe}
+        fail_on_crash: false
+        progress_s: 1
+      async: {limit}
+      poll: 0
+      register: watch
+      ignore_errors: true
+
+    - name: Keep the result on the controller
+      ansible.builtin.copy:
+        content: "{{{{ watch | to_nice_json }}}}"
+        dest: "{result}"
+        mode: "0600"
+      delegate_to: localhost
+      become: false
+"""
+
+
+def _watch_play(stack, path, host, worker, observe, limit):
+    with open(path, "w") as fh:
+        fh.write(WATCH_PLAY.format(host=host, name=worker["name"], unit="dynamo-worker@%s.service" % worker["name"],
+                                   health="http://%s:%s/health" % (stack.address(host), worker["system_port"]),
+                                   observe=observe, limit=limit, result=path + ".json"))
+    res, dummy = D.playbook(path, log="unit-watch-%s" % os.path.basename(path).split(".")[0])
+    D.must(res, "the unit watch play")
+    with open(path + ".json") as fh:
+        return res.stdout, json.load(fh)
+
+
+def test_unit_watch_waits_for_its_background_job(stack, record):
+    """dynamo_worker_unit_watch with async and poll 0 (as roles/dynamo_worker/tasks/wave.yml runs it):
+    the action plugin prints a WATCH line with the unit's state while the job runs, hands back the
+    module's own result when it ends, and leaves no job file; a job past its async limit fails
+    with the wrapper's verdict instead of hanging."""
+    key = sorted(stack.worker_map())[0]
+    host, worker = stack.worker_map()[key]
+    unit = "dynamo-worker@%s.service" % worker["name"]
+    jobs_before = D.sh(host, "ls /root/.ansible_async 2>/dev/null | sort", check=False).split()
+    out, result = _watch_play(stack, os.path.join(D.DAY2_DIR, "watch-ok.yml"), host, worker, 3, 60)
+    lines = re.findall(r"^WATCH %s: (\d+) s of at most 60 s; (.*)$" % host, out, re.M)
+    assert len(lines) >= 2, "no progress lines while the watch ran:\n%s" % out[-3000:]
+    assert all(states == "%s active" % unit for dummy, states in lines), lines
+    assert [int(s) for s, dummy in lines] == sorted(int(s) for s, dummy in lines)
+    assert not result.get("failed"), result
+    assert [u["name"] for u in result["units"]] == [worker["name"]], result
+    assert result["units"][0]["active_state"] == "active", result
+    assert result["elapsed_s"] >= 3 and "ansible_job_id" not in result, result
+    leftover = set(D.sh(host, "ls /root/.ansible_async 2>/dev/null | sort", check=False).split()) - set(jobs_before)
+    assert not leftover, "job files left behind: %s" % sorted(leftover)
+    # Past its async limit, async_wrapper kills the job and says so; the plugin passes that on.
+    out, result = _watch_play(stack, os.path.join(D.DAY2_DIR, "watch-late.yml"), host, worker, 30, 2)
+    assert result.get("failed") and "imeout" in result.get("msg", ""), result
+    record.update({"progress_lines": len(lines), "late_msg": result.get("msg")})
