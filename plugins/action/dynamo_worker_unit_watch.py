@@ -10,8 +10,9 @@ needs a line while it runs; Ansible's own ``async``/``poll`` gives one, but it n
 at its next poll: up to ``poll`` seconds after the watch, on every wave pass of every rollout (the
 workers' proof and everything after waited that long). With ``async`` and ``poll: 0`` this plugin
 starts the module the same way (async_wrapper) and waits for it itself: one command on the host at
-a time that checks the job file every 0.2 s and returns when the job ends, or after ``progress_s``
-with the watched units' states, which become the progress line. The job file is read and removed
+a time that checks the job file every 0.2 s and returns when the job ends, or after about
+``progress_s`` (less what the last wait cost beyond its slice) with the watched units' states,
+which become the progress line. The job file is read and removed
 by that same command (what async_status and its cleanup would do, without two more module runs).
 Without ``async``, or with ``poll`` above 0, the module runs the usual way.
 """
@@ -37,17 +38,17 @@ DONE = "KVSHARE-WATCH-DONE"
 
 
 def wait_command(results_file, units, slice_s, step_s=STEP_S):
-    """A POSIX shell command: wait at most `slice_s` for the async job to end (its file no longer
-    says finished false). Ended: DONE, then the file, which is removed. Still running: RUNNING, then
+    """A POSIX shell command: wait at most `slice_s` (coreutils timeout: a clock, not a count of
+    rounds, which a loaded host stretches) for the async job to end (its file no longer says
+    finished false). Ended: DONE, then the file, which is removed. Still running: RUNNING, then
     `systemctl is-active` of each watched unit (one state per line, in order)."""
     job = shlex.quote(results_file)
-    rounds = max(int(round(slice_s / step_s)), 1)
     is_active = "systemctl is-active %s 2>/dev/null" % " ".join(shlex.quote(u) for u in units) if units else "true"
-    return ("f=%(job)s; i=0; "
-            "while [ $i -lt %(rounds)d ] && grep -qs '\"finished\": false' \"$f\"; do sleep %(step)s; i=$((i+1)); done; "
+    return ("f=%(job)s; "
+            "timeout %(slice).1f sh -c 'while grep -qs \"\\\"finished\\\": false\" \"$1\"; do sleep %(step)s; done' sh \"$f\"; "
             "if grep -qs '\"finished\": false' \"$f\"; then echo %(running)s; %(is_active)s; "
             "else echo %(done)s; cat \"$f\" && rm -f \"$f\"; fi; true"
-            % dict(job=job, rounds=rounds, step=step_s, running=RUNNING, done=DONE, is_active=is_active))
+            % dict(job=job, slice=max(slice_s, 0.1), step=step_s, running=RUNNING, done=DONE, is_active=is_active))
 
 
 def parse_wait(stdout):
@@ -87,12 +88,18 @@ class ActionModule(ActionBase):
             result.update(started)
             return result
         units = [u.get("unit") for u in self._task.args.get("units") or [] if isinstance(u, dict) and u.get("unit")]
-        slice_s = float(self._task.args.get("progress_s") or 10)
+        progress_s = float(self._task.args.get("progress_s") or 10)
         limit = int(self._task.async_val)
         host = task_vars.get("inventory_hostname", "?")
         begin = time.monotonic()
+        # What a wait costs beyond its slice (the connection, the command's start), measured on the
+        # last one: the next slice is that much shorter, so the lines come every progress_s.
+        overhead = 0.5
         while True:
+            slice_s = max(progress_s - overhead, STEP_S)
+            sent = time.monotonic()
             res = self._low_level_execute_command(wait_command(started["results_file"], units, slice_s), sudoable=True)
+            overhead = min(max(time.monotonic() - sent - slice_s, 0.0), progress_s / 2)
             ended, job, states = parse_wait(res.get("stdout"))
             if ended and job is None:
                 result.update(failed=True, ansible_job_id=started.get("ansible_job_id"),

@@ -42,6 +42,18 @@ def test_a_running_job_is_waited_for_one_slice_then_reported_running(tmp_path):
     assert job.exists(), "a running job's file was removed"
 
 
+def test_the_slice_is_a_clock_not_a_count_of_rounds(tmp_path):
+    """A loaded host stretches every round (here each round sleeps 5 s): the wait still returns
+    after its slice, so the progress lines keep their interval (issue 34: at least every 10 s)."""
+    job = tmp_path / "j1"
+    write_job(job, RUNNING_JOB)
+    t0 = time.monotonic()
+    out = sh(wait_command(str(job), [], 1.0, step_s=5))
+    took = time.monotonic() - t0
+    assert out.splitlines()[0] == RUNNING
+    assert took < 4, "a 1 s slice took %.1f s: the wait counted rounds" % took
+
+
 def test_a_job_that_ends_mid_slice_is_read_at_once_and_its_file_removed(tmp_path):
     job = tmp_path / "j1"
     write_job(job, RUNNING_JOB)
