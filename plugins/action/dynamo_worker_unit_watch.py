@@ -35,6 +35,7 @@ display = Display()
 STEP_S = 0.2
 RUNNING = "KVSHARE-WATCH-RUNNING"
 DONE = "KVSHARE-WATCH-DONE"
+JOB_RUNNING_TEXT = '"finished": false'
 
 
 def wait_command(results_file, units, slice_s, step_s=STEP_S):
@@ -42,13 +43,15 @@ def wait_command(results_file, units, slice_s, step_s=STEP_S):
     rounds, which a loaded host stretches) for the async job to end (its file no longer says
     finished false). Ended: DONE, then the file, which is removed. Still running: RUNNING, then
     `systemctl is-active` of each watched unit (one state per line, in order)."""
-    job = shlex.quote(results_file)
     is_active = "systemctl is-active %s 2>/dev/null" % " ".join(shlex.quote(u) for u in units) if units else "true"
-    return ("f=%(job)s; "
-            "timeout %(slice).1f sh -c 'while grep -qs \"\\\"finished\\\": false\" \"$1\"; do sleep %(step)s; done' sh \"$f\"; "
-            "if grep -qs '\"finished\": false' \"$f\"; then echo %(running)s; %(is_active)s; "
+    # The job file's text while the job runs (async_wrapper's first write), written once: the
+    # loop and the final test both get it as an argument.
+    return ("f=%(job)s; p=%(running_text)s; "
+            "timeout %(slice).1f sh -c 'while grep -qFs \"$2\" \"$1\"; do sleep %(step)s; done' sh \"$f\" \"$p\"; "
+            "if grep -qFs \"$p\" \"$f\"; then echo %(running)s; %(is_active)s; "
             "else echo %(done)s; cat \"$f\" && rm -f \"$f\"; fi; true"
-            % dict(job=job, slice=max(slice_s, 0.1), step=step_s, running=RUNNING, done=DONE, is_active=is_active))
+            % dict(job=shlex.quote(results_file), running_text=shlex.quote(JOB_RUNNING_TEXT), slice=max(slice_s, 0.1),
+                   step=step_s, running=RUNNING, done=DONE, is_active=is_active))
 
 
 def parse_wait(stdout):
