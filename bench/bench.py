@@ -127,7 +127,7 @@ def role_profile(doc):
 
 
 # Actions the controller runs alone (no module run on a host).
-CONTROLLER_ACTIONS = {"assert", "set_fact", "debug", "fail", "include_tasks", "include_role", "import_tasks",
+CONTROLLER_ACTIONS = {"assert", "checks", "set_fact", "debug", "fail", "include_tasks", "include_role", "import_tasks",
                       "validate_argument_spec", "meta", "include_vars", "report_json", "set_stats"}
 KINDS = (("watch", "the unit watch: engines start, wave after wave, until /health is ready (what the floor does)"),
          ("proof", "the proof through the frontend: the first completion of every started worker"),

@@ -42,7 +42,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PLAYBOOK = os.path.join(REPO, "playbooks", "validate.yml")
 ANSIBLE_PLAYBOOK = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
 # Controller-side actions only: anything else would have run on a host (or on this machine).
-ALLOWED_ACTIONS = {"assert", "set_fact", "debug", "include_role", "include_vars", "validate_argument_spec", "meta"}
+ALLOWED_ACTIONS = {"assert", "checks", "set_fact", "debug", "include_role", "include_vars", "validate_argument_spec", "meta"}
 
 
 def _maru_worker(name, system_port, rpc_port, fraction=0.3, kv_pool="maru"):
@@ -768,9 +768,11 @@ def _asserts(tasks, prefix):
         for key in ("block", "rescue", "always"):
             yield from _asserts(task.get(key), prefix)
         spec = task.get("ansible.builtin.assert", task.get("assert"))
-        if spec is not None:
-            that = spec.get("that")
-            yield prefix + task["name"], [str(c) for c in (that if isinstance(that, list) else [that])]
+        # kvshare.dynamo.checks: each check is an assert of its own name (a failure returns it).
+        checks = (task.get("kvshare.dynamo.checks") or {}).get("checks") or []
+        for check in [dict(spec, name=task["name"])] if spec is not None else [c for c in checks if "that" in c]:
+            that = check.get("that")
+            yield prefix + check["name"], [str(c) for c in (that if isinstance(that, list) else [that])]
 
 
 def multi_condition_asserts():
@@ -882,11 +884,19 @@ def audit(result):
                 assert action in ALLOWED_ACTIONS, "task %r ran %s on %s" % (task["task"]["name"], action, host)
                 assert not res.get("changed"), "task %r changed %s" % (task["task"]["name"], host)
                 if res.get("failed"):
-                    failures.append((host, task["task"]["name"], json.dumps(res.get("msg", ""))
+                    failures.append((host, failed_check(task["task"]["name"], res), json.dumps(res.get("msg", ""))
                                      + json.dumps(res.get("argument_errors", "")), res.get("assertion")))
     for host, stats in report["stats"].items():
         assert stats["changed"] == 0, (host, stats)
     return failures
+
+
+def failed_check(task_name, res):
+    """The check that failed: the task's name, or for kvshare.dynamo.checks the failed check's name
+    (``check``) under the task's role prefix."""
+    if not res.get("check"):
+        return task_name
+    return (task_name.split(" : ", 1)[0] + " : " if " : " in task_name else "") + res["check"]
 
 
 def named_failures(failures, host):

@@ -23,7 +23,7 @@ from ansible_collections.kvshare.dynamo.plugins.module_utils import controller_c
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
-TASK = "Check the controller's collections (kvshare.dynamo's galaxy.yml dependencies)"
+TASK = "Check the run (no offline validation in a rollout, the controller's collections)"
 
 
 def _galaxy_dependencies():
