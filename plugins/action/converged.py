@@ -117,14 +117,34 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         result = super(ActionModule, self).run(tmp, task_vars)
         args = dict(self._task.args)
-        if not args.get("inputs"):
-            args["inputs"] = self.inputs(task_vars)
         if not args.get("stamp_dir") and task_vars.get("kvshare_converged_dir"):
             args["stamp_dir"] = self._value(task_vars["kvshare_converged_dir"])
         fast_rerun = boolean(self._value(task_vars.get("kvshare_fast_rerun", True)), strict=False)
         limited = limited_by_tags(self._value(task_vars.get("ansible_run_tags", ["all"])),
                                   self._value(task_vars.get("ansible_skip_tags", [])))
+        if args.get("state") == "read":
+            # Only a whole run with the fast re-run on skips roles: nothing to read for another.
+            if limited or not fast_rerun:
+                result.update(changed=False, readings={}, stamp_dir="")
+            else:
+                result.update(self._execute_module(module_name="kvshare.dynamo.converged", module_args=args,
+                                                   task_vars=task_vars))
+            return result
+        if not args.get("inputs"):
+            args["inputs"] = self.inputs(task_vars)
         recording = args.get("state") == "record"
+        if not (limited or recording or not fast_rerun):
+            # This run read the host for every role at once (state=read) and no role's body has
+            # changed the host since: the comparison needs no module run.
+            stamp_dir = args.get("stamp_dir") or cv.DEFAULT_STAMP_DIR
+            found = cv.reading_of(task_vars.get("__kvshare_converged_reading"), args.get("name"), stamp_dir)
+            if found is not None:
+                whole = list(args.get("run_whole") or [])
+                converged, start_only, lines = (False, False, whole) if whole else cv.compare_reading(found, args["inputs"])
+                result.update(changed=False, converged=converged, start_only=start_only, drift=cv.summarize(lines),
+                              inputs=args["inputs"], stamp=os.path.join(stamp_dir, "%s.json" % args.get("name")),
+                              read_before=True)
+                return result
         if limited or (not fast_rerun and not recording):
             # The host is neither read nor written. A run limited by tags converges part of a role,
             # so it may neither skip one nor record one; with kvshare_fast_rerun false every role

@@ -23,12 +23,15 @@ import json
 import os
 import pwd
 import stat
+from collections.abc import Mapping
 
 from ansible_collections.kvshare.dynamo.plugins.module_utils.unit_watch import parse_show_blocks
 
 STAMP_VERSION = 1
 # Drift lines shown in full; the rest is counted.
 MAX_DRIFT_LINES = 12
+DEFAULT_STAMP_DIR = "/var/lib/kvshare/converged"
+NO_STAMP = "no record of a full run of this role (the first run, or the last one did not finish)"
 UNIT_PROPERTIES = ("Id", "LoadState", "ActiveState", "UnitFileState", "InvocationID", "FragmentPath",
                    "DropInPaths")
 # Unit fields compared, with how a difference reads.
@@ -184,13 +187,9 @@ def _fields(text):
     return out
 
 
-def compare(stamp, inputs, state):
-    """Drift lines between a stamp and this run's inputs and host state ([] when converged).
-
-    state holds the same keys as stamp['state'] (plus any new path found under a recorded tree).
-    """
+def input_lines(old_inputs, inputs):
+    """Drift lines between the inputs a stamp recorded and this run's."""
     lines = []
-    old_inputs = stamp.get("inputs") or {}
     for name in sorted(set(old_inputs) | set(inputs)):
         if name not in inputs:
             lines.append("input %s: no longer set" % name)
@@ -198,12 +197,22 @@ def compare(stamp, inputs, state):
             lines.append("input %s: newly set" % name)
         elif old_inputs[name] != inputs[name]:
             lines.append("input %s: changed" % name)
-    old_state = stamp.get("state") or {}
-    for key in sorted(set(old_state) | set(state)):
-        was, now = old_state.get(key), state.get(key)
-        if was != now:
-            lines.append(describe_state_difference(key, was, now))
     return lines
+
+
+def state_lines(stamp, state):
+    """Drift lines between the host state a stamp recorded and the host's now."""
+    old_state = stamp.get("state") or {}
+    return [describe_state_difference(key, old_state.get(key), state.get(key))
+            for key in sorted(set(old_state) | set(state)) if old_state.get(key) != state.get(key)]
+
+
+def compare(stamp, inputs, state):
+    """Drift lines between a stamp and this run's inputs and host state ([] when converged).
+
+    state holds the same keys as stamp['state'] (plus any new path found under a recorded tree).
+    """
+    return input_lines(stamp.get("inputs") or {}, inputs) + state_lines(stamp, state)
 
 
 # What may differ in a unit for its role to only start it again: it stopped, failed or was
@@ -211,12 +220,9 @@ def compare(stamp, inputs, state):
 UNIT_RUN_FIELDS = frozenset(["active", "invocation"])
 
 
-def start_only(stamp, inputs, state):
-    """True when the inputs are the same and every difference is a unit that no longer runs the
-    recorded invocation (stopped, failed, restarted) with its files and enablement unchanged: the
-    role's configuration would change nothing, only its start and readiness steps have work."""
-    if (stamp.get("inputs") or {}) != inputs:
-        return False
+def state_start_only(stamp, state):
+    """True when the host differs from the stamp, and only in units that no longer run the recorded
+    invocation (stopped, failed, restarted) with their files and enablement unchanged."""
     old_state = stamp.get("state") or {}
     differ = [key for key in set(old_state) | set(state) if old_state.get(key) != state.get(key)]
     if not differ:
@@ -228,6 +234,43 @@ def start_only(stamp, inputs, state):
         if any(old.get(field) != new.get(field) for field in set(old) | set(new) if field not in UNIT_RUN_FIELDS):
             return False
     return True
+
+
+def start_only(stamp, inputs, state):
+    """True when the inputs are the same and every difference is a unit that no longer runs the
+    recorded invocation (stopped, failed, restarted) with its files and enablement unchanged: the
+    role's configuration would change nothing, only its start and readiness steps have work."""
+    return (stamp.get("inputs") or {}) == inputs and state_start_only(stamp, state)
+
+
+def reading(stamp, state):
+    """What a check needs of the host, read before the run's inputs are known (the converged
+    module's state=read): the stamp's inputs, and how the host differs from the stamp."""
+    return {"inputs": dict(stamp.get("inputs") or {}), "state_lines": state_lines(stamp, state),
+            "state_start_only": state_start_only(stamp, state)}
+
+
+def reading_of(prefetch, name, stamp_dir):
+    """The reading of role ``name`` in a registered result of the module's state=read (``prefetch``),
+    or None where there is none to use: no read in this run, one forgotten since ({}), or one of
+    another stamp directory. A role without a stamp there reads as missing (NO_STAMP)."""
+    if not isinstance(prefetch, Mapping) or prefetch.get("stamp_dir") != stamp_dir:
+        return None
+    readings = prefetch.get("readings")
+    if not isinstance(readings, Mapping):
+        return None
+    found = readings.get(name)
+    return found if isinstance(found, Mapping) else {"why": NO_STAMP}
+
+
+def compare_reading(found, inputs):
+    """(converged, start_only, drift lines) of a check from a reading of the host (reading(), or
+    {"why": ...} where the stamp is missing or unusable) and this run's inputs: what compare() and
+    start_only() give for the stamp and the state it was read with."""
+    if found.get("why"):
+        return False, False, [found["why"]]
+    lines = input_lines(found["inputs"], inputs) + list(found["state_lines"])
+    return not lines, found["inputs"] == inputs and found["state_start_only"], lines
 
 
 def summarize(lines):

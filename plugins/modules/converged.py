@@ -29,16 +29,20 @@ description:
     C(etcd_), C(dynamo_), C(maru_pool_), C(kvcr_), C(rdma_ucx_) and C(firewall_) variable, the
     inventory sources, the groups, the host facts the roles read, and the collection's own files),
     so a change of any of them makes the role run whole.
+  - With O(state=read), reads every stamp in O(stamp_dir) and what each tracks on the host, in one
+    run for all roles, and returns RV(readings) (each stamp's inputs and how the host differs from
+    it). The action plugin answers a later O(state=check) of a role from the reading, with no module
+    run, while the reading still describes the host (C(site.yml) reads once, after its firewall
+    play; a role's body, or a play that changes a role's files, forgets the reading).
   - Never reports a change; recording is bookkeeping. In check mode nothing is written.
 options:
   name:
-    description: The role whose state this is (the stamp's file name).
+    description: The role whose state this is (the stamp's file name). Required unless O(state=read).
     type: str
-    required: true
   state:
-    description: V(check) compares with the stamp, V(record) writes it.
+    description: V(check) compares with the stamp, V(record) writes it, V(read) reads every stamp (O(name) is then ignored).
     type: str
-    choices: [check, record]
+    choices: [check, record, read]
     default: check
   inputs:
     description:
@@ -117,7 +121,7 @@ EXAMPLES = r"""
 RETURN = r"""
 converged:
   description: O(state=check) only. True when the stamp exists and nothing differs.
-  returned: always
+  returned: O(state=check) and O(state=record)
   type: bool
 start_only:
   description:
@@ -125,21 +129,28 @@ start_only:
       that stopped, failed or run another invocation, with their unit files, drop-ins and
       enablement as recorded. The role may then skip its configuration and only start and prove
       its services.
-  returned: always
+  returned: O(state=check) and O(state=record)
   type: bool
 drift:
   description: The differences, one line each (at most 12 shown, then a count); empty when converged.
-  returned: always
+  returned: O(state=check) and O(state=record)
   type: list
   elements: str
 inputs:
   description: The inputs compared or recorded (name to digest), to pass to the record step.
-  returned: always
+  returned: O(state=check) and O(state=record)
   type: dict
 stamp:
   description: The stamp's path.
-  returned: always
+  returned: O(state=check) and O(state=record)
   type: str
+readings:
+  description:
+    - O(state=read) only. By role name (each stamp in O(stamp_dir)), its inputs, its state
+      differences on the host (C(state_lines)) and whether they are only stopped or restarted
+      units (C(state_start_only)); or C(why) the stamp cannot be used.
+  returned: O(state=read)
+  type: dict
 """
 
 import json
@@ -205,13 +216,30 @@ def read_stamp(path, name):
         with open(path) as handle:
             stamp = json.load(handle)
     except FileNotFoundError:
-        return None, "no record of a full run of this role (the first run, or the last one did not finish)"
+        return None, cv.NO_STAMP
     except (OSError, ValueError) as exc:
         return None, "the record %s cannot be read: %s" % (path, exc)
     why = cv.validate_stamp(stamp, name)
     if why:
         return None, why
     return stamp, ""
+
+
+def read_all(module, stamp_dir):
+    """{name: reading} for every stamp in stamp_dir (module_utils converged.reading)."""
+    try:
+        names = sorted(entry[:-len(".json")] for entry in os.listdir(stamp_dir)
+                       if entry.endswith(".json") and not entry.startswith("."))
+    except OSError:
+        return {}
+    readings = {}
+    for name in names:
+        stamp, why = read_stamp(os.path.join(stamp_dir, name + ".json"), name)
+        if stamp is None:
+            readings[name] = {"why": why}
+        else:
+            readings[name] = cv.reading(stamp, current_state(module, cv.tracked(stamp["state"])))
+    return readings
 
 
 def write_stamp(path, document):
@@ -235,8 +263,8 @@ def write_stamp(path, document):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            name=dict(type="str", required=True),
-            state=dict(type="str", choices=["check", "record"], default="check"),
+            name=dict(type="str"),
+            state=dict(type="str", choices=["check", "record", "read"], default="check"),
             inputs=dict(type="dict", default={}),
             paths=dict(type="list", elements="path", default=[]),
             trees=dict(type="list", elements="path", default=[]),
@@ -246,11 +274,14 @@ def main():
             groups=dict(type="list", elements="str", default=[]),
             kernel_modules=dict(type="list", elements="str", default=[]),
             run_whole=dict(type="list", elements="str", default=[]),
-            stamp_dir=dict(type="path", default="/var/lib/kvshare/converged"),
+            stamp_dir=dict(type="path", default=cv.DEFAULT_STAMP_DIR),
         ),
+        required_if=[("state", "check", ["name"]), ("state", "record", ["name"])],
         supports_check_mode=True,
     )
     params = module.params
+    if params["state"] == "read":
+        module.exit_json(changed=False, readings=read_all(module, params["stamp_dir"]), stamp_dir=params["stamp_dir"])
     if "/" in params["name"] or params["name"] in ("", ".", ".."):
         module.fail_json(msg="name %r is not a plain name" % params["name"])
     inputs = dict((str(key), str(value)) for key, value in params["inputs"].items())

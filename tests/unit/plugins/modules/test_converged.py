@@ -243,3 +243,93 @@ def test_a_check_reports_start_only_for_a_stopped_unit_on_a_real_host(tmp_path, 
         json.dump(stamp, handle)
     out = check(args, capsys)
     assert out["converged"] is False and out["start_only"] is True, out
+
+
+def read(args, capsys):
+    rc, out = run({"state": "read", "stamp_dir": args["stamp_dir"]}, capsys)
+    assert rc == 0 and out["changed"] is False and out["stamp_dir"] == args["stamp_dir"]
+    return out
+
+
+def from_reading(prefetch, name, stamp_dir, inputs=None):
+    """What the action plugin answers a check with from a reading: (converged, start_only, drift)."""
+    found = cv.reading_of(prefetch, name, stamp_dir)
+    assert found is not None
+    converged, start_only, lines = cv.compare_reading(found, inputs or INPUTS)
+    return converged, start_only, cv.summarize(lines)
+
+
+def test_a_reading_answers_each_role_as_its_own_check_would(tmp_path, capsys):
+    """state=read, once for every stamp, gives each role's check the answer of state=check: with
+    nothing changed, with files and inputs changed, with a unit stopped, and without a stamp."""
+    args = host(tmp_path)
+    record(args, capsys)
+    other = dict(host(tmp_path / "other"), name="other", stamp_dir=args["stamp_dir"],
+                 units=["kvshare-no-such-unit.service"])
+    record(other, capsys)
+    prefetch = read(args, capsys)
+    assert sorted(prefetch["readings"]) == ["other", "svc"]
+    assert from_reading(prefetch, "svc", args["stamp_dir"]) == (True, False, [])
+    # A role with no stamp: the check's own words.
+    assert from_reading(prefetch, "etcd", args["stamp_dir"]) == (False, False, [cv.NO_STAMP])
+    assert check(dict(args, name="etcd"), capsys)["drift"] == [cv.NO_STAMP]
+
+    conf = args["trees"][0]
+    with open(conf + "/svc.conf", "w") as handle:
+        handle.write("port: 2\n")
+    with open(conf + "/stray.conf", "w") as handle:
+        handle.write("x\n")
+    changed_inputs = {"etcd_version": "cccc", "etcd_new": "dddd"}
+    prefetch = read(args, capsys)
+    out = check(args, capsys, inputs=changed_inputs)
+    assert from_reading(prefetch, "svc", args["stamp_dir"], changed_inputs) == (out["converged"], out["start_only"], out["drift"])
+    assert len(out["drift"]) == 5, out["drift"]
+
+    # A unit that stopped since: start-only, as the check says.
+    with open(other["stamp_dir"] + "/other.json") as handle:
+        stamp = json.load(handle)
+    key = "unit:kvshare-no-such-unit.service"
+    stamp["state"][key] = re.sub(r"active=\S+", "active=active", stamp["state"][key])
+    with open(other["stamp_dir"] + "/other.json", "w") as handle:
+        json.dump(stamp, handle)
+    out = check(other, capsys)
+    assert (out["converged"], out["start_only"]) == (False, True)
+    assert from_reading(read(args, capsys), "other", args["stamp_dir"]) == (False, True, out["drift"])
+    assert from_reading(read(args, capsys), "other", args["stamp_dir"], changed_inputs)[:2] == (False, False)
+
+
+def test_a_reading_forgotten_or_of_another_directory_is_not_used(tmp_path, capsys):
+    args = host(tmp_path)
+    record(args, capsys)
+    prefetch = read(args, capsys)
+    assert cv.reading_of(prefetch, "svc", args["stamp_dir"]) is not None
+    # A body ran since (fast_rerun_body.yml sets the reading to {}), or no read in this run.
+    assert cv.reading_of({}, "svc", args["stamp_dir"]) is None
+    assert cv.reading_of(None, "svc", args["stamp_dir"]) is None
+    assert cv.reading_of(prefetch, "svc", str(tmp_path / "elsewhere")) is None
+    # No stamp directory at all: nothing recorded, every role reads as missing.
+    empty = read({"stamp_dir": str(tmp_path / "none")}, capsys)
+    assert empty["readings"] == {} and cv.reading_of(empty, "svc", str(tmp_path / "none")) == {"why": cv.NO_STAMP}
+
+
+def test_a_body_forgets_the_reading_before_it_changes_the_host():
+    """The shared step runs a role's body only through fast_rerun_body.yml, whose first task forgets
+    the run's reading (so the roles after it compare with the host again), under the condition the
+    record step uses; kvcr.yml, which writes the workers' drop-ins, forgets it too."""
+    import yaml
+    tasks_dir = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "roles", "kvshare", "tasks")
+    with open(os.path.join(tasks_dir, "fast_rerun.yml")) as handle:
+        steps = yaml.safe_load(handle)
+    with open(os.path.join(tasks_dir, "fast_rerun_record.yml")) as handle:
+        record_step = yaml.safe_load(handle)[0]
+    bodies = [t for t in steps if "fast_rerun_body" in json.dumps(t) or "converge.yml" in json.dumps(t)]
+    assert len(bodies) == 1 and bodies[0]["ansible.builtin.include_tasks"]["file"] == "fast_rerun_body.yml"
+    assert bodies[0]["when"].replace("__kvshare_fast_rerun_compare", "X") == \
+        record_step["when"].replace("__kvshare_fast_rerun[kvshare_fast_rerun_role]", "X")
+    with open(os.path.join(tasks_dir, "fast_rerun_body.yml")) as handle:
+        body = yaml.safe_load(handle)
+    assert body[0]["ansible.builtin.set_fact"] == {"__kvshare_converged_reading": {}} and "when" not in body[0]
+    assert body[1]["ansible.builtin.include_role"]["tasks_from"] == "converge.yml" and len(body) == 2
+    with open(os.path.join(tasks_dir, "..", "..", "..", "playbooks", "kvcr.yml")) as handle:
+        kvcr = yaml.safe_load(handle)[0]
+    assert [t["ansible.builtin.set_fact"] for t in kvcr["post_tasks"]] == [{"__kvshare_converged_reading": {}}]
