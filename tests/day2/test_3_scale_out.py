@@ -40,7 +40,7 @@ def _models_not_there_refused(hub, before_units, before_ids):
     for worker, model, task in (
             (mocker("mock-e", "2", 3, model="/opt/kvshare/models/not-staged", served_model_name="tiny-absent",
                     endpoint="dyn://dynamo.absent.generate"),
-             "/opt/kvshare/models/not-staged", "Check that every local model path exists"),
+             "/opt/kvshare/models/not-staged", "Check the local model paths"),
             (mocker("mock-e", "2", 3, model="kvshare-test/not-on-the-hub", served_model_name="tiny-absent",
                     endpoint="dyn://dynamo.absent.generate", env={"HF_ENDPOINT": hub.url}),
              "kvshare-test/not-on-the-hub", "Fail naming the workers whose model is not there")):
