@@ -139,9 +139,13 @@ KINDS = (("watch", "the unit watch: engines start, wave after wave, until /healt
 
 
 def task_kinds(doc, wall):
-    """A run's seconds by kind of task (KINDS), from the json callback's task durations."""
+    """A run's seconds by kind of task (KINDS), from the json callback's task durations: each moment
+    of the run counts once, for the first kind (in KINDS' order) of the tasks running then, so tasks
+    that overlap (hosts running ahead: the workers play's strategy free) are not counted twice."""
+    order = [kind for kind, dummy in KINDS if kind != "outside"]
     out = dict((kind, 0.0) for kind, dummy in KINDS)
     counts = dict((kind, 0) for kind, dummy in KINDS)
+    spans = []
     for dummy, task in tasks_of(doc):
         took = task_seconds(task)
         if took is None:
@@ -160,8 +164,14 @@ def task_kinds(doc, wall):
             kind = "controller"
         else:
             kind = "host"
-        out[kind] += took
         counts[kind] += 1
+        start = _ts(task["task"]["duration"]["start"])
+        spans.append((start, start + took, order.index(kind)))
+    points = sorted(set([a for a, b, k in spans] + [b for a, b, k in spans]))
+    for begin, end in zip(points, points[1:]):
+        running = [k for a, b, k in spans if a <= begin and b >= end]
+        if running:
+            out[order[min(running)]] += end - begin
     out["outside"] = max(wall - sum(out.values()), 0.0)
     return out, counts
 
