@@ -303,8 +303,9 @@ def main():
     # Every recorded path is read again (one since removed shows as missing), and each recorded
     # tree is walked again (a new file shows).
     state = current_state(module, cv.tracked(stamp["state"]))
-    lines = cv.compare(stamp, inputs, state)
-    module.exit_json(changed=False, converged=not lines, start_only=cv.start_only(stamp, inputs, state),
+    # The same decision as a check answered from state=read (the action plugin): one code path.
+    converged, start_only, lines = cv.compare_reading(cv.reading(stamp, state), inputs)
+    module.exit_json(changed=False, converged=converged, start_only=start_only,
                      drift=cv.summarize(lines), inputs=inputs, stamp=path)
 
 
