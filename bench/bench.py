@@ -339,14 +339,19 @@ def floor_start():
 def rollout(runs):
     """P1 and P2: per run the floor, a warm site.yml, then a re-run that must change and restart nothing."""
     floor, warm, rerun, floor_ready, profiles, kinds = [], [], [], [], [], []
+    floor_cpu, warm_cpu = [], []
     for number in range(runs):
         ensure_pool_room(2)
         stop_stack()
+        before = cpu_now()
         took, ready = floor_start()
+        floor_cpu.append(cpu_since(before, took))
         floor.append(took)
         floor_ready.append(ready)
         stop_stack()
+        before = cpu_now()
         took, doc = run(SB, "site.yml", json_out=True)
+        warm_cpu.append(cpu_since(before, took))
         warm.append(took)
         kinds.append(task_kinds(doc, took))
         before = main_pids()
@@ -363,6 +368,8 @@ def rollout(runs):
     return {"floor_s": median(floor), "warm_rollout_s": median(warm), "rerun_s": median(rerun),
             "floor_runs_s": floor, "warm_runs_s": warm, "rerun_runs_s": rerun, "rerun_profile_s": profile,
             "floor_ready": floor_ready,
+            "floor_cpu": dict((k, median([c[k] for c in floor_cpu])) for k in floor_cpu[0]),
+            "warm_cpu": dict((k, median([c[k] for c in warm_cpu])) for k in warm_cpu[0]),
             "warm_kinds_s": dict((k, median([run_kinds[0][k] for run_kinds in kinds])) for k, dummy in KINDS),
             "warm_kind_tasks": kinds[0][1] if kinds else {}}
 
@@ -600,6 +607,16 @@ def print_report(res):
         for kind, text in KINDS:
             tasks = ro["warm_kind_tasks"].get(kind)
             print("  %-100s %6.1f s%s" % (text, ro["warm_kinds_s"][kind], "" if kind == "outside" else "  (%d tasks)" % tasks))
+        # On this machine the hosts share the controller's cores: every CPU-second Ansible spends
+        # (the controller, and its module runs on the hosts) is taken from the engines' start.
+        fc, wc = ro["floor_cpu"], ro["warm_cpu"]
+        print("  CPU (medians): the floor %.1f s of the machine (%.2f of %d cores busy, the controller %.1f s);"
+              " the warm rollout %.1f s (%.2f busy), the controller %.1f s of it; Ansible's added %.1f CPU-s"
+              " are %.1f s of the %d cores"
+              % (fc["machine_cpu_s"], fc["machine_busy"], os.cpu_count() or 1, fc["controller_cpu_s"],
+                 wc["machine_cpu_s"], wc["machine_busy"], wc["controller_cpu_s"],
+                 wc["machine_cpu_s"] - fc["machine_cpu_s"], (wc["machine_cpu_s"] - fc["machine_cpu_s"]) / (os.cpu_count() or 1),
+                 os.cpu_count() or 1))
         rest = ro["warm_rollout_s"] - ro["warm_kinds_s"]["watch"]
         print("  beside the unit watch: %.1f s; the floor's target 1.2 leaves %.1f s beside a watch as long as the floor"
               % (rest, 0.2 * ro["floor_s"]))
