@@ -218,6 +218,11 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def medians(runs):
+    """{key: the median of the runs' values} for a list of dicts with the same keys."""
+    return dict((key, median([run[key] for run in runs])) for key in runs[0])
+
+
 def wait(predicate, timeout=600):
     return wait_for(predicate, timeout, interval=POLL)
 
@@ -368,8 +373,7 @@ def rollout(runs):
     return {"floor_s": median(floor), "warm_rollout_s": median(warm), "rerun_s": median(rerun),
             "floor_runs_s": floor, "warm_runs_s": warm, "rerun_runs_s": rerun, "rerun_profile_s": profile,
             "floor_ready": floor_ready,
-            "floor_cpu": dict((k, median([c[k] for c in floor_cpu])) for k in floor_cpu[0]),
-            "warm_cpu": dict((k, median([c[k] for c in warm_cpu])) for k in warm_cpu[0]),
+            "floor_cpu": medians(floor_cpu), "warm_cpu": medians(warm_cpu),
             "warm_kinds_s": dict((k, median([run_kinds[0][k] for run_kinds in kinds])) for k, dummy in KINDS),
             "warm_kind_tasks": kinds[0][1] if kinds else {}}
 
@@ -609,14 +613,13 @@ def print_report(res):
             print("  %-100s %6.1f s%s" % (text, ro["warm_kinds_s"][kind], "" if kind == "outside" else "  (%d tasks)" % tasks))
         # On this machine the hosts share the controller's cores: every CPU-second Ansible spends
         # (the controller, and its module runs on the hosts) is taken from the engines' start.
-        fc, wc = ro["floor_cpu"], ro["warm_cpu"]
+        fc, wc, cores = ro["floor_cpu"], ro["warm_cpu"], os.cpu_count() or 1
+        added = wc["machine_cpu_s"] - fc["machine_cpu_s"]
         print("  CPU (medians): the floor %.1f s of the machine (%.2f of %d cores busy, the controller %.1f s);"
               " the warm rollout %.1f s (%.2f busy), the controller %.1f s of it; Ansible's added %.1f CPU-s"
               " are %.1f s of the %d cores"
-              % (fc["machine_cpu_s"], fc["machine_busy"], os.cpu_count() or 1, fc["controller_cpu_s"],
-                 wc["machine_cpu_s"], wc["machine_busy"], wc["controller_cpu_s"],
-                 wc["machine_cpu_s"] - fc["machine_cpu_s"], (wc["machine_cpu_s"] - fc["machine_cpu_s"]) / (os.cpu_count() or 1),
-                 os.cpu_count() or 1))
+              % (fc["machine_cpu_s"], fc["machine_busy"], cores, fc["controller_cpu_s"],
+                 wc["machine_cpu_s"], wc["machine_busy"], wc["controller_cpu_s"], added, added / cores, cores))
         rest = ro["warm_rollout_s"] - ro["warm_kinds_s"]["watch"]
         print("  beside the unit watch: %.1f s; the floor's target 1.2 leaves %.1f s beside a watch as long as the floor"
               % (rest, 0.2 * ro["floor_s"]))
