@@ -127,6 +127,8 @@ def test_memory_service_variant_on_cpu():
         # down made create.yml fail, unreachable, in CI): start from none.
         ok(playbook(os.path.join(HERE, "destroy.yml")))
         ok(playbook(os.path.join(HERE, "create.yml")))
+        for name in ("kvshare-k-1", "kvshare-k-2"):  # create.yml's limit (its comment says why)
+            assert podman("inspect", "--format", "{{.HostConfig.NanoCpus}}", name).stdout.strip() == "250000000"
         ok(playbook(os.path.join(REPO, "site.yml")))
         second = ok(playbook(os.path.join(REPO, "site.yml")))
         assert all(r["changed"] == 0 for r in recap(second).values()), second[-6000:]
