@@ -289,6 +289,17 @@ sandbox() {
   ansible-playbook -i inventories/sandbox verify.yml
 }
 
+# Why each failed step of `test` failed, printed last (a CI report may show only the end of the
+# output): the step's last pytest FAILED/ERROR and assertion (E) lines and Ansible fatal lines.
+why_failed() {
+  local logs=$1 step
+  for step in $(sed -n 's/^FAIL \([a-z_]*\) .*/\1/p' "$logs/results"); do
+    [ -f "$logs/$step.log" ] || continue
+    echo "== why $step failed (the last FAILED, ERROR, E and fatal lines of its log)"
+    grep -E '^(FAILED|ERROR) |^E  |fatal: \[|FAILED! =>' "$logs/$step.log" | tail -n 12 | cut -c1-300 || true
+  done
+}
+
 # One step of `test`: its output to LOGS/<step>.log, its verdict and time to LOGS/results. The step
 # runs as its own ./dev.sh target: a function called where its status is tested (`|| rc=$?`) runs
 # with `set -e` off, so a step's failing command followed by a passing one (pytest, then the
@@ -374,6 +385,7 @@ case "${1:-}" in
     # (each line after its step's name: the fault suite runs in both lanes)
     grep -H -E "^bad inputs rejected|^faults survived|^nothing lost|^playbooks run against hosts" "$logs"/*.log |
       sed "s|^$logs/\([^.]*\)\.log:|\1: |" || true
+    why_failed "$logs"
     exit $rc
     ;;
   *) sed -n '2,12p' "$0"; exit 2 ;;
