@@ -293,7 +293,7 @@ sandbox() {
 # output): the step's last pytest FAILED/ERROR and assertion (E) lines and Ansible fatal lines.
 why_failed() {
   local logs=$1 step
-  for step in $(sed -n 's/^FAIL \([a-z_]*\) .*/\1/p' "$logs/results"); do
+  sed -n 's/^FAIL \([a-z_]*\) .*/\1/p' "$logs/results" | while IFS= read -r step; do
     [ -f "$logs/$step.log" ] || continue
     echo "== why $step failed (the last FAILED, ERROR, E and fatal lines of its log)"
     grep -E '^(FAILED|ERROR) |^E  |fatal: \[|FAILED! =>' "$logs/$step.log" | tail -n 12 | cut -c1-300 || true
