@@ -8,6 +8,7 @@ still accepts), and one round with systemctl and the probes as fakes. The probes
 to the real resource manager and maru-server on the sandbox hosts (molecule's steady check reads
 their verdicts; fault case 12 freezes maru-server and watches the probe restart it)."""
 import argparse
+import json
 import os
 import threading
 import time
@@ -130,6 +131,58 @@ def test_one_round_probes_active_units_keeps_state_and_restarts(tmp_path):
     probed.clear()
     MPH.round_once(args, show=lambda names: units, probes=probes(), restart_units=restarted.extend, now_us=NOW_US)
     assert probed == [RM]
+
+
+def test_the_clients_load_before_the_probes_timeout_starts(tmp_path):
+    """Importing Maru's clients may take seconds on a busy host: it is not charged to the services'
+    --timeout (a slow import once made a healthy pool's probe fail)."""
+    args = argparse.Namespace(rm_address="127.0.0.1:9", server_url="tcp://127.0.0.1:9", state=str(tmp_path / "state.json"),
+                              failures=3, timeout=0.2, start_grace=0)
+    calls = []
+
+    class Rm:
+        def __init__(self, address):
+            calls.append(("rm", address))
+
+        def stats(self):
+            return [{"pool": 1}]
+
+        def close(self):
+            pass
+
+    class Server:
+        def __init__(self, url, timeout_ms):
+            calls.append(("server", url, timeout_ms))
+
+        def connect(self):
+            pass
+
+        def heartbeat(self):
+            return True
+
+        def close(self):
+            pass
+
+    def slow_load():
+        time.sleep(1.5)  # longer than the probes' whole wait (timeout + 1 s)
+        return Rm, Server
+    units = {RM: active("r1", 100), SERVER: active("s1", 100)}
+    lines = MPH.round_once(args, show=lambda names: units, restart_units=calls.append, now_us=NOW_US, load=slow_load)
+    assert lines == [] and sorted(calls) == [("rm", "127.0.0.1:9"), ("server", "tcp://127.0.0.1:9", 200)]
+    state = json.load(open(args.state))
+    assert state[RM]["live"] and state[SERVER]["live"] and state[RM]["failures"] == state[SERVER]["failures"] == 0
+
+
+def test_clients_that_cannot_load_blame_no_service(tmp_path, monkeypatch, capsys):
+    def broken():
+        raise ImportError("No module named 'maru_shm'")
+    monkeypatch.setattr(MPH, "load_clients", broken)
+    monkeypatch.setattr(MPH, "systemctl_show", lambda names: {RM: active("r1", 100), SERVER: active("s1", 100)})
+    monkeypatch.setattr(MPH, "systemctl_restart", lambda names: pytest.fail("restarted %s" % names))
+    state = tmp_path / "state.json"
+    assert MPH.main(["--rm-address", "a:1", "--server-url", "tcp://a:1", "--state", str(state)]) == 1
+    assert "cannot load Maru's clients: No module named 'maru_shm'" in capsys.readouterr().err
+    assert not state.exists()
 
 
 @pytest.mark.parametrize("argv", [["--failures", "0"], ["--timeout", "0"], ["--start-grace", "-1"]])

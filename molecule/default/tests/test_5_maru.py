@@ -48,13 +48,15 @@ def test_liveness_probe_hears_both_pool_services(hosts):
     timer = h.service("maru-pool-health.timer")
     assert timer.is_running and timer.is_enabled
 
+    # A round on a busy machine may miss one answer (1 failure of 3, by design): the check waits for
+    # a round that heard both, and fails on a restart.
     def heard():
         state = json.loads(h.check_output("cat /run/maru-pool-health/state.json 2>/dev/null || echo {}"))
         current = dict((u, h.check_output("systemctl show -p InvocationID --value %s" % u).strip())
                        for u in ("maru-resource-manager.service", "maru-server.service"))
-        return all(state.get(u, {}).get("live") and state[u].get("invocation") == inv for u, inv in current.items()) and state
-    state = wait_for(heard, timeout=30, interval=1, what="the pool's liveness probe to hear both services")
-    assert all(entry["failures"] == 0 for entry in state.values()), state
+        return all(state.get(u, {}).get("live") and state[u].get("invocation") == inv and state[u].get("failures") == 0
+                   for u, inv in current.items()) and state
+    wait_for(heard, timeout=30, interval=1, what="a round of the pool's liveness probe that heard both services")
     assert "restarted" not in h.check_output("journalctl --no-pager -o cat -u maru-pool-health.service"), "a pool service was restarted"
 
 
