@@ -290,13 +290,17 @@ sandbox() {
 }
 
 # Why each failed step of `test` failed, printed last (a CI report may show only the end of the
-# output): the step's last pytest FAILED/ERROR and assertion (E) lines and Ansible fatal lines.
+# output): the step's last pytest FAILED/ERROR and assertion (E) lines, ansible-test's ERROR/FATAL,
+# linters' error lines and Ansible's fatal lines; where it has none, the end of its log.
 why_failed() {
-  local logs=$1 step
+  local logs=$1 step why
   sed -n 's/^FAIL \([a-z_]*\) .*/\1/p' "$logs/results" | while IFS= read -r step; do
     [ -f "$logs/$step.log" ] || continue
-    echo "== why $step failed (the last FAILED, ERROR, E and fatal lines of its log)"
-    grep -E '^(FAILED|ERROR) |^E  |fatal: \[|FAILED! =>' "$logs/$step.log" | tail -n 12 | cut -c1-300 || true
+    echo "== why $step failed (from its log)"
+    why=$(grep -E '^(FAILED|ERROR|FATAL)[: ]|^E  |fatal: \[|FAILED! =>|^ +[0-9]+:[0-9]+ +error |^[a-z-]+\[[a-z-]+\]: ' \
+      "$logs/$step.log" | tail -n 12 || true)
+    if [ -z "$why" ]; then why=$(tail -n 8 "$logs/$step.log"); fi
+    printf '%s\n' "$why" | cut -c1-300
   done
 }
 
