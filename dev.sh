@@ -351,10 +351,10 @@ case "${1:-}" in
     mkdir -p "$KVSHARE_RUN_RECORD"
     # CI has two cores (docs/development.md, "Checks", has each lane's measured time):
     # - from the start: the sandbox build (molecule create: disk bound) in the background, lint,
-    #   sanity and the build in one lane, pytest then the bad-input suite (every case) then, once
-    #   the sandbox build is done, the KVCR sandbox test on its own two hosts in another;
-    # - once the sandbox build is done (the KV lane is the longest: it does not wait for pytest,
-    #   whose lane has time to spare): the KV lane (the scenario: converge, the steady checks
+    #   sanity and the build in one lane, pytest in the other;
+    # - once pytest is done: the bad-input suite (every case), then, once the sandbox build is done,
+    #   the KVCR sandbox test on its own two hosts;
+    # - once the sandbox build is done: the KV lane (the scenario: converge, the steady checks
     #   (idempotence among them) and the disruptive checks, then the fault cases marked kv, on the
     #   molecule hosts: real Maru and vLLM-CPU) and the mocker lane (the day-2 suite on its mockers-only copy, then the fault
     #   cases not marked kv on that copy);
@@ -362,20 +362,23 @@ case "${1:-}" in
     # Each step's output goes to its log, printed at the end; the KV lane's streams as it runs.
     molecule_create_bg "$logs"
     lane "$logs" lint sanity build & lane_checks=$!
-    rc=0
-    (lane "$logs" unit bad_inputs && molecule_create_wait "$logs" >/dev/null && lane "$logs" kvcr) & lane_bad=$!
-    (molecule_create_wait "$logs" >/dev/null && lane "$logs" mocker_lane) & lane_mock=$!
-    for step in "molecule_create_wait $logs" molecule_rest faults_kv; do
-      t0=$(date +%s)
-      if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
-        echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
-      else
-        echo "FAIL ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"; rc=1; break
-      fi
-    done
+    rc=0; lane_bad=; lane_mock=
+    lane "$logs" unit || rc=1
+    if [ $rc -eq 0 ]; then
+      (lane "$logs" bad_inputs && molecule_create_wait "$logs" >/dev/null && lane "$logs" kvcr) & lane_bad=$!
+      (molecule_create_wait "$logs" >/dev/null && lane "$logs" mocker_lane) & lane_mock=$!
+      for step in "molecule_create_wait $logs" molecule_rest faults_kv; do
+        t0=$(date +%s)
+        if $step 2>&1 | tee "$logs/${step%% *}.log"; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+          echo "PASS ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"
+        else
+          echo "FAIL ${step%% *} ($(( $(date +%s) - t0 )) s)" >>"$logs/results"; rc=1; break
+        fi
+      done
+    fi
     wait "$lane_checks" || rc=1
-    wait "$lane_bad" || rc=1
-    wait "$lane_mock" || rc=1
+    if [ -n "$lane_bad" ]; then wait "$lane_bad" || rc=1; fi
+    if [ -n "$lane_mock" ]; then wait "$lane_mock" || rc=1; fi
     wait "$CREATE_PID" 2>/dev/null || true
     molecule_destroy || true
     if [ $rc -eq 0 ]; then run_step "$logs" coverage || rc=1; fi
