@@ -135,7 +135,7 @@ def test_one_round_probes_active_units_keeps_state_and_restarts(tmp_path):
 
 def test_the_clients_load_before_the_probes_timeout_starts(tmp_path):
     """Importing Maru's clients may take seconds on a busy host: it is not charged to the services'
-    --timeout (a slow import once made a healthy pool's probe fail)."""
+    --timeout (charged to it, a slow import would count as a failed probe of a healthy pool)."""
     args = argparse.Namespace(rm_address="127.0.0.1:9", server_url="tcp://127.0.0.1:9", state=str(tmp_path / "state.json"),
                               failures=3, timeout=0.2, start_grace=0)
     calls = []

@@ -55,7 +55,7 @@ def test_liveness_probe_hears_both_pool_services(hosts):
         current = dict((u, h.check_output("systemctl show -p InvocationID --value %s" % u).strip())
                        for u in ("maru-resource-manager.service", "maru-server.service"))
         return all(state.get(u, {}).get("live") and state[u].get("invocation") == inv and state[u].get("failures") == 0
-                   for u, inv in current.items()) and state
+                   for u, inv in current.items())
     wait_for(heard, timeout=30, interval=1, what="a round of the pool's liveness probe that heard both services")
     assert "restarted" not in h.check_output("journalctl --no-pager -o cat -u maru-pool-health.service"), "a pool service was restarted"
 
