@@ -15,6 +15,8 @@ their own.
 
   P1  warm site.yml (services stopped, packages installed) / floor (systemctl start in the same
       legal order, readiness polled every 0.1 s)            target <= 1.2 (median), each run <= 1.3
+  P1a the floor's sequence run by ansible-core alone (a playbook of builtin modules: a start and a
+      readiness task per step, polled on the host) / floor: what any Ansible rollout pays here
   P2  idempotent re-run / warm rollout: 0 changed, no service restarted       target <= 0.30
       with the re-run's time per role (json callback task durations)
   P4  verify.yml wall time minus the requests' own time                       target <= 3 s
@@ -25,6 +27,9 @@ their own.
       containers run cgroup v1, where systemd waits out TimeoutStopSec after a kill -9
   hosts    re-run time on a mocker-only copy (127.0.14.N, containers kvshare-b-*) of 3, 6 and 9
            hosts, forks >= hosts, 0 changed                                    target T(9)/T(3) <= 1.5
+           H0: ansible-core alone on the same hosts and forks (a play of 1, then 10, ping tasks,
+           facts from the cache): the ratio any playbook that touches every host pays here, and
+           the machine CPU a task result costs, which prices the re-run's per-host CPU in task results
   workers  N = 1, 4, 8 mockers (a real start time: --startup-time) on one host of the copy, each on
            a GPU of its own and all on one GPU; the time is the readiness tasks' durations (unit
            watch + proof, every wave; json callback)
@@ -341,10 +346,68 @@ def floor_start():
     return time.monotonic() - t0, ready
 
 
+# The floor's sequence run by ansible-core alone: one play per step, builtin modules, a task per
+# start and a task per wave's readiness (one module run polling on the host, as the worker role's
+# watch does). What any Ansible rollout of these services pays beside the floor on this machine.
+POLL_HEALTH = "\n".join([
+    "import json, sys, time, urllib.request",
+    "def ready(url, want_status):",
+    "    try:",
+    "        with urllib.request.urlopen(url, timeout=2) as r:",
+    "            body = json.loads(r.read() or b'{}') if want_status else {}",
+    "            return r.status == 200 and (not want_status or body.get('status') in (None, 'ready', 'healthy'))",
+    "    except Exception:",
+    "        return False",
+    "end = time.monotonic() + 600",
+    "while not all(ready(u, sys.argv[1] == 'ready') for u in sys.argv[2:]):",
+    "    if time.monotonic() > end:",
+    "        sys.exit('not ready: ' + ' '.join(sys.argv[2:]))",
+    "    time.sleep(" + str(POLL) + ")"])
+
+
+def ansible_floor_plays():
+    """The floor (floor_start) as a playbook of builtin modules: the frontend and its /live, then
+    each host's waves, each started once the one before answered a ready /health."""
+    tasks = []
+    for host in SB.group("dynamo_workers"):
+        workers = {w["name"]: w for w in worker_list(host)}
+        for number, wave in enumerate(waves(list(workers.values())), 1):
+            urls = ["http://%s:%s/health" % (SB.address(host), workers[name]["system_port"]) for name in wave]
+            units = ["dynamo-worker@%s" % name for name in wave]
+            when = "inventory_hostname == %s" % json.dumps(host)
+            tasks += [{"name": "Start wave %d of %s" % (number, host), "when": when, "changed_when": True,
+                       "ansible.builtin.command": {"argv": ["systemctl", "start", "--no-block"] + units}},
+                      {"name": "Wait for wave %d of %s" % (number, host), "when": when, "changed_when": False,
+                       "ansible.builtin.command": {"argv": ["python3", "-c", POLL_HEALTH, "ready"] + urls}}]
+    return [{"name": "Ansible floor: the frontend", "hosts": SB.frontend, "gather_facts": False, "tasks": [
+                {"name": "Start the frontend", "ansible.builtin.systemd_service": {"name": "dynamo-frontend", "state": "started"}},
+                {"name": "Wait for /live", "changed_when": False, "ansible.builtin.command": {
+                    "argv": ["python3", "-c", POLL_HEALTH, "200", SB.frontend_url + "/live"]}}]},
+            {"name": "Ansible floor: the workers, wave after wave on each host", "hosts": "dynamo_workers",
+             "gather_facts": False, "strategy": "free", "tasks": tasks}]
+
+
+def ansible_floor_start():
+    """ansible_floor_plays() run, then every worker polled until it serves (the floor's end)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as handle:
+        json.dump(ansible_floor_plays(), handle)
+        path = handle.name
+    try:
+        t0 = time.monotonic()
+        run(SB, path)
+        for host in SB.group("dynamo_workers"):
+            for worker in worker_list(host):
+                wait(lambda: serving(host, worker))
+        return time.monotonic() - t0
+    finally:
+        os.unlink(path)
+
+
 def rollout(runs):
     """P1 and P2: per run the floor, a warm site.yml, then a re-run that must change and restart nothing."""
     floor, warm, rerun, floor_ready, profiles, kinds = [], [], [], [], [], []
     floor_cpu, warm_cpu = [], []
+    ansible_floor, ansible_floor_cpu = [], []
     for number in range(runs):
         ensure_pool_room(2)
         stop_stack()
@@ -353,6 +416,11 @@ def rollout(runs):
         floor_cpu.append(cpu_since(before, took))
         floor.append(took)
         floor_ready.append(ready)
+        stop_stack()
+        before = cpu_now()
+        took = ansible_floor_start()
+        ansible_floor_cpu.append(cpu_since(before, took))
+        ansible_floor.append(took)
         stop_stack()
         before = cpu_now()
         took, doc = run(SB, "site.yml", json_out=True)
@@ -366,14 +434,16 @@ def rollout(runs):
         assert after == before, "re-run %d restarted %s" % (number + 1, sorted(k for k in before if after[k] != before[k]))
         rerun.append(took)
         profiles.append(role_profile(doc))
-        print("   run %d: floor %.1f s, warm rollout %.1f s, re-run %.1f s (0 changed, 0 restarted)"
-              % (number + 1, floor[-1], warm[-1], took), flush=True)
+        print("   run %d: floor %.1f s, the floor by ansible-core alone %.1f s, warm rollout %.1f s, re-run %.1f s"
+              " (0 changed, 0 restarted)" % (number + 1, floor[-1], ansible_floor[-1], warm[-1], took), flush=True)
     roles = sorted({r for p in profiles for r in p})
     profile = dict(sorted(((r, median([p.get(r, 0.0) for p in profiles])) for r in roles), key=lambda kv: -kv[1]))
     return {"floor_s": median(floor), "warm_rollout_s": median(warm), "rerun_s": median(rerun),
             "floor_runs_s": floor, "warm_runs_s": warm, "rerun_runs_s": rerun, "rerun_profile_s": profile,
             "floor_ready": floor_ready,
             "floor_cpu": medians(floor_cpu), "warm_cpu": medians(warm_cpu),
+            "ansible_floor_s": median(ansible_floor), "ansible_floor_runs_s": ansible_floor,
+            "ansible_floor_cpu": medians(ansible_floor_cpu),
             "warm_kinds_s": dict((k, median([run_kinds[0][k] for run_kinds in kinds])) for k, dummy in KINDS),
             "warm_kind_tasks": kinds[0][1] if kinds else {}}
 
@@ -455,6 +525,39 @@ def bench_mockers(count, distinct_gpus, startup):
             for i in range(count)]
 
 
+# The same hosts and forks with ansible-core alone: BARE_TASKS trivial tasks (ansible.builtin.ping,
+# a module run each) on every host, facts from the same cache. What any playbook that touches each
+# host pays on this machine, where the hosts share the controller's cores.
+BARE_TASKS = (1, 10)
+
+
+def bare_runs(sb, forks, runs):
+    """{tasks per host: {s, runs_s, controller_cpu_s, machine_cpu_s}} of the bare playbooks."""
+    out = {}
+    for count in BARE_TASKS:
+        plays = [{"name": "Bare ansible-core (bench): %d module run(s) per host" % count, "hosts": "sandbox",
+                  "gather_facts": True, "tasks": [{"name": "Module run %d" % (n + 1), "ansible.builtin.ping": None}
+                                                  for n in range(count)]}]
+        with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as handle:
+            json.dump(plays, handle)
+            path = handle.name
+        times, cpu = [], []
+        try:
+            for dummy in range(max(runs, 1)):
+                before = cpu_now()
+                took = run(sb, path, forks)[0]
+                cpu.append(cpu_since(before, took))
+                times.append(took)
+        finally:
+            os.unlink(path)
+        out[count] = {"s": median(times), "runs_s": times}
+        out[count].update((key, median([c[key] for c in cpu])) for key in ("controller_cpu_s", "machine_cpu_s"))
+    print("   bare ansible-core on the same hosts: %s" % "; ".join(
+        "%d task(s) a host %.1f s (CPU s controller %.1f, machine %.1f)"
+        % (count, row["s"], row["controller_cpu_s"], row["machine_cpu_s"]) for count, row in out.items()), flush=True)
+    return out
+
+
 def host_scaling(sizes, runs, startup):
     """{size: re-run seconds (median) and runs}; the copy grows in place (create.yml adds the hosts)."""
     out, sb = {}, None
@@ -473,7 +576,8 @@ def host_scaling(sizes, runs, startup):
             cpu.append(cpu_since(before, took))
             assert not changed_hosts(doc), "%d hosts, re-run %d changed %s" % (size, number + 1, changed_hosts(doc))
             times.append(took)
-        out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge, "cpu": cpu}
+        out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge, "cpu": cpu,
+                     "bare": bare_runs(sb, forks, runs)}
         out[size].update((key, median([c[key] for c in cpu])) for key in ("controller_cpu_s", "machine_cpu_s", "machine_busy"))
         print("   %d hosts: converge %.1f s (untimed for the ratio), re-runs %s s (0 changed); CPU s controller %s,"
               " machine %s (busy %s of %d cores)"
@@ -546,6 +650,9 @@ def table(res):
         rows += [("P1", "warm rollout / floor", ratio(ro["warm_rollout_s"], ro["floor_s"]), "<= 1.2",
                   "%s / %s; per run %s" % (sec(ro["warm_rollout_s"]), sec(ro["floor_s"]),
                                            each_ratio(ro["warm_runs_s"], ro["floor_runs_s"]))),
+                 ("P1a", "the floor by ansible-core alone / floor", ratio(ro.get("ansible_floor_s"), ro["floor_s"]), "-",
+                  "%s / %s; per run %s" % (sec(ro.get("ansible_floor_s")), sec(ro["floor_s"]),
+                                           each_ratio(ro.get("ansible_floor_runs_s", []), ro["floor_runs_s"]))),
                  ("P2", "re-run / warm rollout", ratio(ro["rerun_s"], ro["warm_rollout_s"]), "<= 0.30",
                   "%s / %s; per run %s" % (sec(ro["rerun_s"]), sec(ro["warm_rollout_s"]),
                                            each_ratio(ro["rerun_runs_s"], ro["warm_runs_s"])))]
@@ -572,6 +679,12 @@ def table(res):
         small, big = min(h, key=int), max(h, key=int)
         rows.append(("H", "re-run T(%s hosts) / T(%s hosts)" % (big, small), ratio(h[big]["rerun_s"], h[small]["rerun_s"]),
                      "<= 1.5", "%s / %s" % (sec(h[big]["rerun_s"]), sec(h[small]["rerun_s"]))))
+        # ansible-core alone on the same hosts: the part of the ratio no playbook escapes here.
+        for count in BARE_TASKS:
+            if bare_of(h[small], count) and bare_of(h[big], count):
+                top, bottom = bare_of(h[big], count), bare_of(h[small], count)
+                rows.append(("H0", "ansible-core alone, %d task(s) a host" % count, ratio(top["s"], bottom["s"]), "-",
+                             "T(%s) / T(%s): %s / %s" % (big, small, sec(top["s"]), sec(bottom["s"]))))
     if "workers" in res:
         w = res["workers"]
         for key, target in (("separate", "<= 1.3"), ("one_gpu", "~ N")):
@@ -581,6 +694,12 @@ def table(res):
                              ratio(w[key][count]["ready_s"], one), target.replace("N", str(count)),
                              "%s / %s" % (sec(w[key][count]["ready_s"]), sec(one))))
     return rows
+
+
+def bare_of(row, count):
+    """A size's bare figures for `count` tasks a host (int keys in a run, str keys from a saved report)."""
+    bare = row.get("bare", {})
+    return bare.get(count, bare.get(str(count)))
 
 
 def print_report(res):
@@ -598,6 +717,21 @@ def print_report(res):
             cells = (size, row["rerun_s"], fmt(row.get("controller_cpu_s"), "%.1f"), fmt(row.get("machine_cpu_s"), "%.1f"),
                      fmt(row.get("machine_busy")), ", ".join("%.1f" % t for t in row["runs_s"]))
             print("%6s %9.1fs %14ss %11ss %6s  %s" % cells)
+        # Per host and per task result, from the bare runs: the machine CPU ansible-core spends, and
+        # how many such results a host's share of the re-run is worth.
+        sizes = sorted(res["hosts"], key=int)
+        if len(sizes) > 1 and all(bare_of(res["hosts"][s], max(BARE_TASKS)) for s in sizes):
+            small, big = sizes[0], sizes[-1]
+            hosts = int(big) - int(small)
+            one, many = min(BARE_TASKS), max(BARE_TASKS)
+            slope = {count: (bare_of(res["hosts"][big], count)["machine_cpu_s"]
+                             - bare_of(res["hosts"][small], count)["machine_cpu_s"]) / hosts for count in (one, many)}
+            per_result = (slope[many] - slope[one]) / (many - one)
+            site = (res["hosts"][big]["machine_cpu_s"] - res["hosts"][small]["machine_cpu_s"]) / hosts
+            print("per added host (%s -> %s hosts), machine CPU-s: the re-run %.2f; bare ansible-core %.2f with %d task,"
+                  " %.2f with %d; so %.3f s a task result, and the re-run's per-host CPU is worth %.0f bare task results"
+                  % (small, big, site, slope[one], one, slope[many], many, per_result,
+                     (site / per_result) if per_result > 0 else float("nan")))
     if "workers" in res:
         w = res["workers"]
         print("\nworker start, readiness tasks' seconds (host %s, --startup-time %s s)" % (w["host"], res["startup_s"]))
