@@ -754,6 +754,10 @@ def print_report(res):
               " are %.1f s of the %d cores"
               % (fc["machine_cpu_s"], fc["machine_busy"], cores, fc["controller_cpu_s"],
                  wc["machine_cpu_s"], wc["machine_busy"], wc["controller_cpu_s"], added, added / cores, cores))
+        if ro.get("ansible_floor_cpu"):
+            ac = ro["ansible_floor_cpu"]
+            print("  the floor by ansible-core alone: %.1f s of the machine (%.2f busy), the controller %.1f s"
+                  % (ac["machine_cpu_s"], ac["machine_busy"], ac["controller_cpu_s"]))
         rest = ro["warm_rollout_s"] - ro["warm_kinds_s"]["watch"]
         print("  beside the unit watch: %.1f s; the floor's target 1.2 leaves %.1f s beside a watch as long as the floor"
               % (rest, 0.2 * ro["floor_s"]))
