@@ -379,10 +379,10 @@ def ansible_floor_plays():
                        "ansible.builtin.command": {"argv": ["systemctl", "start", "--no-block"] + units}},
                       {"name": "Wait for wave %d of %s" % (number, host), "when": when, "changed_when": False,
                        "ansible.builtin.command": {"argv": ["python3", "-c", POLL_HEALTH, "ready"] + urls}}]
-    return [{"name": "Ansible floor: the frontend", "hosts": SB.frontend, "gather_facts": False, "tasks": [
-                {"name": "Start the frontend", "ansible.builtin.systemd_service": {"name": "dynamo-frontend", "state": "started"}},
+    frontend = [{"name": "Start the frontend", "ansible.builtin.systemd_service": {"name": "dynamo-frontend", "state": "started"}},
                 {"name": "Wait for /live", "changed_when": False, "ansible.builtin.command": {
-                    "argv": ["python3", "-c", POLL_HEALTH, "200", SB.frontend_url + "/live"]}}]},
+                    "argv": ["python3", "-c", POLL_HEALTH, "200", SB.frontend_url + "/live"]}}]
+    return [{"name": "Ansible floor: the frontend", "hosts": SB.frontend, "gather_facts": False, "tasks": frontend},
             {"name": "Ansible floor: the workers, wave after wave on each host", "hosts": "dynamo_workers",
              "gather_facts": False, "strategy": "free", "tasks": tasks}]
 
