@@ -543,7 +543,7 @@ def bare_runs(sb, forks, runs):
             path = handle.name
         times, cpu = [], []
         try:
-            for dummy in range(max(runs, 1)):
+            for dummy in range(runs):
                 before = cpu_now()
                 took = run(sb, path, forks)[0]
                 cpu.append(cpu_since(before, took))
@@ -577,7 +577,7 @@ def host_scaling(sizes, runs, startup):
             assert not changed_hosts(doc), "%d hosts, re-run %d changed %s" % (size, number + 1, changed_hosts(doc))
             times.append(took)
         out[size] = {"rerun_s": median(times), "runs_s": times, "converge_s": converge, "cpu": cpu,
-                     "bare": bare_runs(sb, forks, runs)}
+                     "bare": bare_runs(sb, forks, runs) if runs else {}}
         out[size].update((key, median([c[key] for c in cpu])) for key in ("controller_cpu_s", "machine_cpu_s", "machine_busy"))
         print("   %d hosts: converge %.1f s (untimed for the ratio), re-runs %s s (0 changed); CPU s controller %s,"
               " machine %s (busy %s of %d cores)"
