@@ -41,6 +41,7 @@ their own.
            --startup-time; a vLLM engine's /health is ready once the engine is.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -346,6 +347,17 @@ def floor_start():
     return time.monotonic() - t0, ready
 
 
+@contextlib.contextmanager
+def playbook_file(plays):
+    """A temporary playbook holding `plays` (JSON is YAML), removed afterwards."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as handle:
+        json.dump(plays, handle)
+    try:
+        yield handle.name
+    finally:
+        os.unlink(handle.name)
+
+
 # The floor's sequence run by ansible-core alone: one play per step, builtin modules, a task per
 # start and a task per wave's readiness (one module run polling on the host, as the worker role's
 # watch does). What any Ansible rollout of these services pays beside the floor on this machine.
@@ -389,18 +401,13 @@ def ansible_floor_plays():
 
 def ansible_floor_start():
     """ansible_floor_plays() run, then every worker polled until it serves (the floor's end)."""
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as handle:
-        json.dump(ansible_floor_plays(), handle)
-        path = handle.name
-    try:
+    with playbook_file(ansible_floor_plays()) as path:
         t0 = time.monotonic()
         run(SB, path)
         for host in SB.group("dynamo_workers"):
             for worker in worker_list(host):
                 wait(lambda: serving(host, worker))
         return time.monotonic() - t0
-    finally:
-        os.unlink(path)
 
 
 def rollout(runs):
@@ -538,20 +545,14 @@ def bare_runs(sb, forks, runs):
         plays = [{"name": "Bare ansible-core (bench): %d module run(s) per host" % count, "hosts": "sandbox",
                   "gather_facts": True, "tasks": [{"name": "Module run %d" % (n + 1), "ansible.builtin.ping": None}
                                                   for n in range(count)]}]
-        with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as handle:
-            json.dump(plays, handle)
-            path = handle.name
         times, cpu = [], []
-        try:
+        with playbook_file(plays) as path:
             for dummy in range(runs):
                 before = cpu_now()
                 took = run(sb, path, forks)[0]
                 cpu.append(cpu_since(before, took))
                 times.append(took)
-        finally:
-            os.unlink(path)
-        out[count] = {"s": median(times), "runs_s": times}
-        out[count].update((key, median([c[key] for c in cpu])) for key in ("controller_cpu_s", "machine_cpu_s"))
+        out[count] = dict(medians(cpu), s=median(times), runs_s=times)
     print("   bare ansible-core on the same hosts: %s" % "; ".join(
         "%d task(s) a host %.1f s (CPU s controller %.1f, machine %.1f)"
         % (count, row["s"], row["controller_cpu_s"], row["machine_cpu_s"]) for count, row in out.items()), flush=True)
@@ -681,8 +682,8 @@ def table(res):
                      "<= 1.5", "%s / %s" % (sec(h[big]["rerun_s"]), sec(h[small]["rerun_s"]))))
         # ansible-core alone on the same hosts: the part of the ratio no playbook escapes here.
         for count in BARE_TASKS:
-            if bare_of(h[small], count) and bare_of(h[big], count):
-                top, bottom = bare_of(h[big], count), bare_of(h[small], count)
+            top, bottom = bare_of(h[big], count), bare_of(h[small], count)
+            if top and bottom:
                 rows.append(("H0", "ansible-core alone, %d task(s) a host" % count, ratio(top["s"], bottom["s"]), "-",
                              "T(%s) / T(%s): %s / %s" % (big, small, sec(top["s"]), sec(bottom["s"]))))
     if "workers" in res:
