@@ -18,7 +18,10 @@ mirror() {
   echo "${uri:-http://deb.debian.org/debian}"
 }
 
-recipe_hash=$( { cat "$0"; echo "$PACKAGES"; } | sha256sum | cut -c1-16)
+# Loaded by the system Python at start: caches the compiled code of ansible-core's module payloads
+# (the file says why; sandbox hosts only).
+HOOK="$(dirname "$0")/ansiballz-cache/kvshare_sandbox_ansiballz_cache.py"
+recipe_hash=$( { cat "$0"; echo "$PACKAGES"; cat "$HOOK"; } | sha256sum | cut -c1-16)
 current=$(podman image inspect --format '{{ index .Labels "kvshare.recipe" }}' "$IMAGE" 2>/dev/null || true)
 if [ "$current" = "$recipe_hash" ]; then
   echo "sandbox image $IMAGE is current (recipe $recipe_hash)"
@@ -49,6 +52,8 @@ printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\
   >"$rootfs/etc/ssh/sshd_config.d/00-kvshare.conf"
 rm -f "$rootfs/etc/systemd/system/multi-user.target.wants/ssh.service" "$rootfs/etc/systemd/system/sshd.service"
 rm -rf "$rootfs"/var/cache/apt/archives/*.deb
+install -m 0644 "$HOOK" "$rootfs/usr/lib/python3/dist-packages/kvshare_sandbox_ansiballz_cache.py"
+echo "import kvshare_sandbox_ansiballz_cache" >"$rootfs/usr/lib/python3/dist-packages/kvshare_sandbox_ansiballz_cache.pth"
 tar -C "$rootfs" -c . | podman import \
   --change 'CMD ["/sbin/init"]' \
   --change "LABEL kvshare.recipe=$recipe_hash" \
